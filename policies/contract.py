@@ -1,0 +1,317 @@
+"""The contract between policies and executors (the simulator in `sim/`, real engines in `live/`).
+
+A policy is told what happened (an *event*), may read the cluster through a read-only
+*view*, and answers with *actions*. It never learns whether time is simulated. Executors
+call `Policy.on_event` synchronously, in event-time order, and apply the returned actions
+before any later event is delivered; actions at one instant apply in list order.
+
+Executors that cannot carry an action out exactly declare it in their capability set; a
+policy may read `view.capabilities` to choose an alternative, and an executor that is
+handed an action it lacks the capability for records it as approximated or rejected, never
+silently drops it.
+
+This module is pure data and protocols: no simpy, torch or I/O (the same objects run in
+both executors).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal, Protocol
+
+RequestId = int
+WorkerId = int
+
+
+class Role(StrEnum):
+    """What a worker's GPUs are doing; the timeline and GPU-idle accounting follow it."""
+
+    ROLLOUT = "rollout"
+    DRAFTER = "drafter"
+    VERIFIER = "verifier"
+    SPOT_TRAINER = "spot-trainer"
+    TRAINER = "trainer"  # end-to-end training of finished groups (RLHFuse-style overlap)
+    IDLE = "idle"
+
+
+class Capability(StrEnum):
+    """Actions an executor can carry out exactly."""
+
+    PLACE = "place"  # Assign a request to a chosen worker
+    CHUNK = "chunk"  # Assign with max_tokens below the request's budget, re-dispatch later
+    PRIORITY = "priority"  # worker-local admission order by Assign.priority
+    MIGRATE = "migrate"  # move a running request (KV transfer or recompute)
+    SPEC_PER_WORKER = "spec-per-worker"
+    SPEC_PER_REQUEST = "spec-per-request"  # different method/gamma per request in one batch
+    DECOUPLED = "decoupled"  # drafter on other GPUs, draft window
+    REPLICAS = "replicas"  # Fastest-of-N replicas of one request
+    ROLES = "roles"  # SetRole
+    DEFER = "defer"  # push a request to the next step
+
+
+ALL_CAPABILITIES = frozenset(Capability)
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """How a request (or every request of a worker) is decoded.
+
+    `method` None means plain decoding. `gamma` draft tokens are verified per iteration;
+    `topk` > 1 drafts that many paths (tree / multi-path) verified together. Decoupled
+    mode runs the drafter on `drafter_worker`, at most `window` tokens ahead.
+    """
+
+    method: str | None = None
+    gamma: int = 0
+    mode: Literal["coupled", "decoupled"] = "coupled"
+    window: int = 0
+    topk: int = 1
+    drafter_worker: WorkerId | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.method is not None and self.gamma > 0
+
+
+SPEC_OFF = SpecConfig()
+
+
+# ----------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Event:
+    time_s: float
+
+
+@dataclass(frozen=True)
+class StepStarted(Event):
+    """A new RL step's requests exist (unassigned). Policies place them here."""
+
+    step: int
+    epoch: int
+    requests: tuple[RequestId, ...]
+
+
+@dataclass(frozen=True)
+class RequestFinished(Event):
+    """A request produced its whole response (EOS or its budget) on `worker`."""
+
+    request: RequestId
+    worker: WorkerId
+    length: int
+
+
+@dataclass(frozen=True)
+class ChunkFinished(Event):
+    """A dispatch with a `max_tokens` chunk limit ended; the request waits unassigned."""
+
+    request: RequestId
+    worker: WorkerId
+    generated: int
+
+
+@dataclass(frozen=True)
+class WorkerIdle(Event):
+    """A worker has nothing running or waiting."""
+
+    worker: WorkerId
+
+
+@dataclass(frozen=True)
+class Tick(Event):
+    """Every `Policy.tick_iterations` decode iterations of a worker."""
+
+    worker: WorkerId
+    iteration: int
+
+
+@dataclass(frozen=True)
+class StepFinished(Event):
+    step: int
+    rollout_makespan_s: float
+
+
+# ---------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class Action:
+    pass
+
+
+@dataclass(frozen=True)
+class Assign(Action):
+    """Queue `request` on `worker`. `max_tokens` caps this dispatch (a chunk); higher
+    `priority` is admitted first when the worker's batch or KV cache is full."""
+
+    request: RequestId
+    worker: WorkerId
+    max_tokens: int | None = None
+    priority: float = 0.0
+
+
+@dataclass(frozen=True)
+class SetSpec(Action):
+    """Speculation for one request (`request` set) or for every request of `worker`."""
+
+    spec: SpecConfig
+    request: RequestId | None = None
+    worker: WorkerId | None = None
+
+
+@dataclass(frozen=True)
+class Migrate(Action):
+    """Move a queued or running request to another worker; `transfer_kv` False recomputes."""
+
+    request: RequestId
+    worker: WorkerId
+    transfer_kv: bool = True
+
+
+@dataclass(frozen=True)
+class SetRole(Action):
+    worker: WorkerId
+    role: Role
+
+
+@dataclass(frozen=True)
+class LaunchReplica(Action):
+    """Fastest-of-N: run another copy of `request` on `worker` with `spec`; the first copy
+    to finish completes the request and the executor cancels the rest."""
+
+    request: RequestId
+    worker: WorkerId
+    spec: SpecConfig
+
+
+@dataclass(frozen=True)
+class Cancel(Action):
+    """Stop the copy of `request` running on `worker` (a replica, or the request itself)."""
+
+    request: RequestId
+    worker: WorkerId
+
+
+@dataclass(frozen=True)
+class Defer(Action):
+    """Finish this request in the next step, keeping its tokens (RhymeRL inter-step migration)."""
+
+    request: RequestId
+
+
+# ------------------------------------------------------------------------------ views
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """A request as a policy may see it. `length` is known only after it finished, except to
+    oracle policies that read `view.oracle_length`."""
+
+    id: RequestId
+    prompt_id: int
+    sample: int
+    prompt_len: int
+    max_tokens: int
+    generated: int
+    worker: WorkerId | None
+    state: Literal["unassigned", "waiting", "running", "finished", "deferred"]
+    spec: SpecConfig
+    drafted_tokens: int
+    accepted_tokens: int
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    id: WorkerId
+    gpus: int
+    node: int
+    role: Role
+    running: int
+    waiting: int
+    kv_used_tokens: int
+    kv_capacity_tokens: int
+    spec: SpecConfig
+
+
+@dataclass(frozen=True)
+class PromptHistory:
+    """What earlier steps showed for one prompt (RhymeRL, Seer-style estimates)."""
+
+    lengths: tuple[tuple[int, ...], ...] = ()  # per earlier occurrence: response lengths
+    rewards: tuple[tuple[float, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a policy may know of the rollout model and hardware (for roofline decisions)."""
+
+    model: str
+    gpu: str
+    tp: int
+    group_size: int
+    temperature: float
+    extras: Mapping[str, float] = field(default_factory=dict)
+
+
+class ClusterView(Protocol):
+    """Read-only state. Executors implement it over their own bookkeeping; every call is a
+    cheap read at the current instant (policies may call it on every event)."""
+
+    @property
+    def now_s(self) -> float: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def capabilities(self) -> frozenset[Capability]: ...
+    @property
+    def info(self) -> ModelInfo: ...
+    @property
+    def num_workers(self) -> int: ...
+
+    def worker(self, worker: WorkerId) -> WorkerView: ...
+    def request(self, request: RequestId) -> RequestView: ...
+    def step_requests(self) -> Sequence[RequestId]: ...
+    def unfinished_count(self) -> int: ...
+    def history(self, prompt_id: int) -> PromptHistory: ...
+    def cost(self, num_seqs: float, new_tokens: float, context_tokens: float) -> float:
+        """Predicted seconds of one worker iteration (the executor's cost model or profile)."""
+        ...
+
+    def draft_cost(self, method: str, num_seqs: float, context_tokens: float, gamma: int) -> float: ...
+    def oracle_length(self, request: RequestId) -> int:
+        """True response length; only executors replaying a trace can answer (else raise)."""
+        ...
+
+
+# ----------------------------------------------------------------------------- policy
+
+
+class Policy(ABC):
+    """A decision maker. Executors call `on_event` for every event, in time order, and
+    apply the returned actions before delivering the next event. State kept on the policy
+    object persists across steps of one run (policies that learn across steps rely on it)."""
+
+    #: Name used by `simctl replay --policy` and in reports.
+    name: str = "policy"
+    #: Capabilities without which the policy cannot run as designed.
+    requires: frozenset[Capability] = frozenset({Capability.PLACE})
+    #: Ask for a Tick event every this many decode iterations of each worker.
+    tick_iterations: int | None = None
+
+    @abstractmethod
+    def on_event(self, event: Event, view: ClusterView) -> Sequence[Action]:
+        """React to one event; return actions to apply now (possibly none)."""
+
+    def params(self) -> dict[str, object]:
+        """Parameters for provenance in reports."""
+        return {}

@@ -1,0 +1,76 @@
+"""Policies by name, with `name:key=value,...` parameter overrides from the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from policies.compose import Composed
+from policies.contract import Policy
+from policies.placement import StaticGroupPlacement
+from policies.rlhfuse import IdleWorkersTrain
+from policies.speculation import FixedSpeculation
+
+
+class UnknownPolicyError(ValueError):
+    pass
+
+
+def _verl() -> Policy:
+    return Composed("verl", [StaticGroupPlacement()])
+
+
+def _spec_coupled(method: str = "draft_small", gamma: int = 4) -> Policy:
+    return Composed("spec-coupled", [StaticGroupPlacement(), FixedSpeculation(method, int(gamma))])
+
+
+def _ngram(gamma: int = 4) -> Policy:
+    return Composed("ngram", [StaticGroupPlacement(), FixedSpeculation("ngram", int(gamma))])
+
+
+def _rlhfuse() -> Policy:
+    return Composed("rlhfuse", [StaticGroupPlacement(), IdleWorkersTrain()])
+
+
+REGISTRY: dict[str, tuple[Callable[..., Policy], str]] = {
+    "verl": (_verl, "veRL: static group-level assignment, continuous batching, no speculation"),
+    "spec-coupled": (_spec_coupled, "vanilla coupled draft-then-verify, small draft model, fixed gamma"),
+    "ngram": (_ngram, "vanilla n-gram speculation, fixed gamma"),
+    "rlhfuse": (_rlhfuse, "veRL placement; idle workers run prepare/learn of finished batches"),
+}
+
+
+def register(name: str, factory: Callable[..., Policy], help_text: str) -> None:
+    """Add a policy family (used by the paper-policy modules)."""
+    REGISTRY[name] = (factory, help_text)
+
+
+def _coerce(value: str) -> object:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
+
+
+def make_policy(spec: str) -> Policy:
+    """Build a policy from `name` or `name:key=value,key=value`."""
+    name, _, arg_text = spec.partition(":")
+    if name not in REGISTRY:
+        raise UnknownPolicyError(f"unknown policy '{name}'; known: {', '.join(sorted(REGISTRY))}")
+    kwargs: dict[str, object] = {}
+    for item in filter(None, arg_text.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise UnknownPolicyError(f"policy '{spec}': parameter '{item}' is not key=value")
+        kwargs[key.strip().replace("-", "_")] = _coerce(value.strip())
+    factory, _ = REGISTRY[name]
+    try:
+        policy = factory(**kwargs)
+    except TypeError as exc:
+        raise UnknownPolicyError(f"policy '{spec}': {exc}") from None
+    if arg_text:
+        policy.name = spec
+    return policy

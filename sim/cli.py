@@ -1,0 +1,16 @@
+"""The `simctl` command: one click program, subcommands registered from each package."""
+
+from __future__ import annotations
+
+import click
+
+from traces.cli import trace_group
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="simctl")
+def main() -> None:
+    """Simulate RL rollout designs on a GPU cluster, run them live, and compare."""
+
+
+main.add_command(trace_group)

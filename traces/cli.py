@@ -1,0 +1,102 @@
+"""`simctl trace ...`: generate, validate and inspect rollout traces."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from traces.io import TraceError
+
+
+@click.group("trace")
+def trace_group() -> None:
+    """Generate, validate and inspect rollout traces (schema: traces/SCHEMA.md)."""
+
+
+@trace_group.command("gen")
+@click.option("--preset", required=True, help="Generator preset (see `simctl trace presets`).")
+@click.option("--steps", type=click.IntRange(min=1), default=1, show_default=True, help="RL steps to generate.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
+@click.option(
+    "--scale",
+    type=click.FloatRange(min=0.0, min_open=True, max=1.0),
+    default=1.0,
+    show_default=True,
+    help="Fraction of the preset's prompts per step, for quick runs.",
+)
+@click.option("--tokens", is_flag=True, help="Also generate prompt/response token ids (small traces only).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+def gen_cmd(preset: str, steps: int, seed: int, scale: float, tokens: bool, output: Path) -> None:
+    """Write a synthetic trace calibrated to one of the papers' workloads."""
+    from traces.generate import write_generated
+
+    try:
+        path = write_generated(output, preset=preset, steps=steps, seed=seed, scale=scale, tokens=tokens)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"wrote {path} (preset {preset}, {steps} steps, seed {seed}, scale {scale})")
+
+
+@trace_group.command("presets")
+def presets_cmd() -> None:
+    """List generator presets with their workload shape."""
+    from traces.presets import PRESETS
+
+    for name, p in PRESETS.items():
+        click.echo(f"{name:28s} {p.describe()}")
+
+
+@trace_group.command("validate")
+@click.argument("trace", type=click.Path(path_type=Path))
+def validate_cmd(trace: Path) -> None:
+    """Check a trace against the schema; one line per problem, exit 1 if any."""
+    from traces.validate import validate_file
+
+    problems = validate_file(trace)
+    for p in problems:
+        click.echo(p, err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"{trace}: valid")
+
+
+@trace_group.command("inspect")
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a length-distribution figure.")
+def inspect_cmd(trace: Path, plot: Path | None) -> None:
+    """Per-step lengths, clip fraction, tail share and acceptance of a trace."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from traces.inspect import plot_lengths, step_summary
+    from traces.validate import load_valid_trace
+
+    try:
+        tr = load_valid_trace(trace)
+    except TraceError as exc:
+        raise click.ClickException(str(exc)) from None
+    m = tr.meta
+    console = Console()
+    console.print(
+        f"[bold]{trace}[/]  preset={m.preset} seed={m.seed} model={m.model} hardware={m.hardware} "
+        f"T={m.temperature} group_size={m.group_size} source={m.source} "
+        f"tokens={'yes' if tr.has_tokens() else 'no'}"
+    )
+    summary = step_summary(tr)
+    table = Table(show_lines=False)
+    for col in summary.columns:
+        table.add_column(col, justify="right")
+    for _, row in summary.iterrows():
+        table.add_row(*[_fmt(v) for v in row.tolist()])
+    console.print(table)
+    if plot:
+        plot_lengths(tr, plot)
+        console.print(f"wrote {plot}")
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.0f}"
+    return str(v)

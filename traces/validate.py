@@ -1,0 +1,207 @@
+"""Trace validation: every problem becomes one line naming file, column, row and value.
+
+The simulator trusts a validated trace completely (no defensive checks on the hot path),
+so everything a replay relies on is checked here, vectorised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from traces.io import Trace, TraceError, open_parquet, read_meta, read_trace
+from traces.schema import (
+    ACCEPT_PREFIX,
+    BUCKET_SUFFIX,
+    FINISH_REASONS,
+    REQUIRED_COLUMNS,
+    SCHEMA_VERSION,
+    column_type,
+)
+
+MAX_ROWS_SHOWN = 3
+
+
+def _type_ok(actual: pa.DataType, expected: pa.DataType) -> bool:
+    """Same kind of value (integer width and float precision may differ)."""
+    if pa.types.is_integer(expected):
+        return pa.types.is_integer(actual)
+    if pa.types.is_floating(expected):
+        return pa.types.is_floating(actual)
+    if pa.types.is_string(expected):
+        return (
+            pa.types.is_string(actual)
+            or pa.types.is_large_string(actual)
+            or (pa.types.is_dictionary(actual) and pa.types.is_string(actual.value_type))
+        )
+    if pa.types.is_list(expected):
+        return (pa.types.is_list(actual) or pa.types.is_large_list(actual)) and _type_ok(
+            actual.value_type, expected.value_type
+        )
+    return actual.equals(expected)
+
+
+def _rows(mask: np.ndarray, values: np.ndarray | pd.Series) -> str:
+    idx = np.flatnonzero(mask)
+    vals = np.asarray(values)
+    shown = ", ".join(f"row {i} = {vals[i]!r}" for i in idx[:MAX_ROWS_SHOWN])
+    more = f" (and {len(idx) - MAX_ROWS_SHOWN} more rows)" if len(idx) > MAX_ROWS_SHOWN else ""
+    return shown + more
+
+
+def _more(n: int) -> str:
+    return f" (and {n} more rows)" if n > 0 else ""
+
+
+def check_schema(schema: pa.Schema) -> Iterator[str]:
+    names = set(schema.names)
+    for col in REQUIRED_COLUMNS:
+        if col.name not in names:
+            yield f"missing required column '{col.name}' ({col.meaning})"
+    for f in schema:
+        expected = column_type(f.name)
+        if expected is not None and not _type_ok(f.type, expected):
+            yield f"column '{f.name}': wrong type {f.type}, expected {expected}"
+
+
+def check_rows(trace: Trace) -> Iterator[str]:
+    """Row-level checks; assumes check_schema found nothing."""
+    df = trace.df
+    for name in [c.name for c in REQUIRED_COLUMNS]:
+        nulls = df[name].isna().to_numpy()
+        if nulls.any():
+            yield f"column '{name}': {int(nulls.sum())} null values, first at row {int(np.argmax(nulls))}"
+            return
+    for name in ("prompt_len", "response_len", "max_tokens"):
+        bad = df[name].to_numpy() <= 0
+        if bad.any():
+            yield f"column '{name}': lengths must be >= 1: {_rows(bad, df[name])}"
+    resp, mx = df["response_len"].to_numpy(), df["max_tokens"].to_numpy()
+    over = resp > mx
+    if over.any():
+        yield f"column 'response_len': exceeds max_tokens: {_rows(over, resp)} (max_tokens {mx[over][0]})"
+    reason = df["finish_reason"].astype(str).to_numpy()
+    unknown = ~np.isin(reason, FINISH_REASONS)
+    if unknown.any():
+        yield f"column 'finish_reason': must be one of {FINISH_REASONS}: {_rows(unknown, reason)}"
+    clipped_early = (reason == "length") & (resp < mx)
+    if clipped_early.any():
+        yield (
+            "column 'finish_reason': 'length' but response_len < max_tokens: "
+            f"{_rows(clipped_early, resp)}"
+        )
+    for name in ("step", "sample"):
+        neg = df[name].to_numpy() < 0
+        if neg.any():
+            yield f"column '{name}': must be >= 0: {_rows(neg, df[name])}"
+    yield from _check_groups(df, trace.meta.group_size)
+    yield from _check_acceptance(trace)
+    yield from _check_tokens(trace)
+
+
+def _check_groups(df: pd.DataFrame, meta_group_size: int) -> Iterator[str]:
+    key = df[["step", "prompt_id", "sample"]]
+    dup = key.duplicated(keep="first").to_numpy()
+    if dup.any():
+        i = int(np.argmax(dup))
+        yield (
+            f"duplicate (step, prompt_id, sample) = ({df['step'].iat[i]}, {df['prompt_id'].iat[i]}, "
+            f"{df['sample'].iat[i]}) at row {i}" + _more(int(dup.sum()) - 1)
+        )
+        return
+    sizes = df.groupby(["step", "prompt_id"], sort=False).size()
+    distinct = sizes.unique()
+    if len(distinct) > 1:
+        common = int(sizes.mode().iat[0])
+        odd = sizes[sizes != common]
+        (step, pid), n = odd.index[0], int(odd.iat[0])
+        yield (
+            f"unequal group sizes: group (step {step}, prompt_id {pid}) has {n} responses, "
+            f"most groups have {common} ({len(odd)} groups differ)"
+        )
+    elif len(distinct) == 1 and meta_group_size and int(distinct[0]) != meta_group_size:
+        yield f"metadata group_size={meta_group_size} but groups have {int(distinct[0])} responses"
+    over = df["sample"].to_numpy() >= sizes.max()
+    if len(distinct) == 1 and over.any():
+        yield f"column 'sample': index >= group size {int(sizes.max())}: {_rows(over, df['sample'])}"
+
+
+def _check_acceptance(trace: Trace) -> Iterator[str]:
+    for name in trace.df.columns:
+        if not name.startswith(ACCEPT_PREFIX):
+            continue
+        v = trace.df[name].to_numpy(dtype=np.float64)
+        bad = ~((v >= 0.0) & (v <= 1.0))  # NaN fails too
+        if bad.any():
+            yield f"column '{name}': acceptance must be in [0, 1]: {_rows(bad, v)}"
+    for name, arr in trace.lists.items():
+        if not (name.startswith(ACCEPT_PREFIX) and name.endswith(BUCKET_SUFFIX)):
+            continue
+        flat = arr.values.to_numpy(zero_copy_only=False).astype(np.float64)
+        bad = ~((flat >= 0.0) & (flat <= 1.0))
+        if bad.any():
+            row = int(np.searchsorted(arr.offsets.to_numpy(), np.flatnonzero(bad)[0], side="right") - 1)
+            yield f"column '{name}': bucket acceptance must be in [0, 1]: row {row} has {flat[bad][0]!r}"
+
+
+def _check_tokens(trace: Trace) -> Iterator[str]:
+    expected = {"response_tokens": "response_len", "prompt_tokens": "prompt_len"}
+    for name, length_col in expected.items():
+        if name not in trace.lists:
+            continue
+        arr = trace.lists[name]
+        if arr.null_count:
+            yield f"column '{name}': {arr.null_count} null lists"
+            continue
+        lens = np.diff(arr.offsets.to_numpy(zero_copy_only=False))
+        want = trace.df[length_col].to_numpy()
+        bad = lens != want
+        if bad.any():
+            i = int(np.argmax(bad))
+            yield (
+                f"column '{name}': list length != {length_col}: row {i} has {lens[i]} tokens, "
+                f"{length_col} = {want[i]}" + _more(int(bad.sum()) - 1)
+            )
+        if len(arr.values) and arr.values.null_count:
+            yield f"column '{name}': {arr.values.null_count} null token ids"
+
+
+def check_file(path: str | Path) -> tuple[list[str], Trace | None]:
+    """(problems, trace): the trace is loaded once and returned when it could be read."""
+    path = Path(path)
+    try:
+        pf = open_parquet(path)
+        meta = read_meta(pf, path)
+    except TraceError as exc:
+        return [str(exc)], None
+    if meta.schema_version != SCHEMA_VERSION:
+        return [
+            f"{path}: unknown schema version {meta.schema_version!r} (this simctl reads {SCHEMA_VERSION})"
+        ], None
+    problems = list(check_schema(pf.schema_arrow))
+    if problems:
+        return [f"{path}: {p}" for p in problems], None
+    try:
+        trace = read_trace(path)
+    except TraceError as exc:
+        return [str(exc)], None
+    if len(trace.df) == 0:
+        return [f"{path}: trace has no rows"], trace
+    return [f"{path}: {p}" for p in check_rows(trace)], trace
+
+
+def validate_file(path: str | Path) -> list[str]:
+    """All problems in the file, each a one-line message prefixed with the path."""
+    return check_file(path)[0]
+
+
+def load_valid_trace(path: str | Path) -> Trace:
+    """Read a trace or raise TraceError with every problem (one per line)."""
+    problems, trace = check_file(path)
+    if problems or trace is None:
+        raise TraceError("\n".join(problems))
+    return trace
