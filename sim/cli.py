@@ -14,3 +14,13 @@ def main() -> None:
 
 
 main.add_command(trace_group)
+
+
+def _register() -> None:
+    from sim.replay_cli import policies_cmd, replay_cmd
+
+    main.add_command(replay_cmd)
+    main.add_command(policies_cmd)
+
+
+_register()

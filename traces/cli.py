@@ -17,7 +17,9 @@ def trace_group() -> None:
 
 @trace_group.command("gen")
 @click.option("--preset", required=True, help="Generator preset (see `simctl trace presets`).")
-@click.option("--steps", type=click.IntRange(min=1), default=1, show_default=True, help="RL steps to generate.")
+@click.option(
+    "--steps", type=click.IntRange(min=1), default=1, show_default=True, help="RL steps to generate."
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option(
     "--scale",
@@ -64,7 +66,9 @@ def validate_cmd(trace: Path) -> None:
 
 @trace_group.command("inspect")
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a length-distribution figure.")
+@click.option(
+    "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a length-distribution figure."
+)
 def inspect_cmd(trace: Path, plot: Path | None) -> None:
     """Per-step lengths, clip fraction, tail share and acceptance of a trace."""
     from rich.console import Console

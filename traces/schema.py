@@ -149,9 +149,7 @@ class TraceMeta:
         if not isinstance(d, dict):
             raise ValueError("trace metadata is not a JSON object")
         d["timing"] = StepTiming(**(d.get("timing") or {}))
-        d["step_timing"] = {
-            int(k): StepTiming(**v) for k, v in (d.get("step_timing") or {}).items()
-        }
+        d["step_timing"] = {int(k): StepTiming(**v) for k, v in (d.get("step_timing") or {}).items()}
         known = {f for f in cls.__dataclass_fields__}
         extra = {k: d.pop(k) for k in list(d) if k not in known}
         meta = cls(**d)

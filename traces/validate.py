@@ -91,8 +91,7 @@ def check_rows(trace: Trace) -> Iterator[str]:
     clipped_early = (reason == "length") & (resp < mx)
     if clipped_early.any():
         yield (
-            "column 'finish_reason': 'length' but response_len < max_tokens: "
-            f"{_rows(clipped_early, resp)}"
+            f"column 'finish_reason': 'length' but response_len < max_tokens: {_rows(clipped_early, resp)}"
         )
     for name in ("step", "sample"):
         neg = df[name].to_numpy() < 0

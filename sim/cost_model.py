@@ -1,0 +1,443 @@
+"""Per-iteration cost of a rollout worker: a fitted roofline, or a measured profile.
+
+The engine calls :class:`CostModel` with numpy arrays (thousands of iterations at a time),
+so every method is elementwise numpy, broadcasting, returning float64 seconds.
+
+Roofline (EfficientRollout Eq. 2 / App. E.3, extended with TP communication)::
+
+    t = max(bytes / (hbm_bw * hbm_bw_eff), flops / (bf16_flops * compute_eff))
+        + allreduces * (latency + ring(tp) * new_tokens * hidden * 2 B / nvlink)
+        + iteration_overhead + per_seq * num_seqs + per_token * new_tokens
+
+Per GPU: bytes = weights touched + KV read (context_tokens) + KV written (new_tokens);
+flops = 2 * matmul params * new_tokens + 4 * layers * heads * head_dim * new_tokens *
+context_per_seq, both divided by tp.  MoE weights touched: a batch of n tokens, each
+routed to k of E experts (uniform, independent), touches E * (1 - (1 - k/E)**n) distinct
+experts per layer in expectation; only those are read.  Expert all-to-all is not modelled:
+workers are tensor-parallel within one node, experts sharded like dense layers.
+
+Measured profile (``simctl calibrate`` writes it; :class:`ProfiledCostModel` reads it)::
+
+    {"format": "simctl-profile/1", "backend": str, "model": str, "device": str, "tp": int,
+     "kv_capacity_tokens": int, "weight_bytes_per_gpu": float (optional, else catalogue),
+     "measurements": [{"kind": "decode" | "verify" | "prefill" | "draft:<drafter>",
+                       "num_seqs": int, "new_tokens": int, "context_tokens": int,
+                       "gamma": int, "time_s": float}, ...]}
+
+Per kind a non-negative affine law t = c0 + c1*num_seqs + c2*new_tokens + c3*context_tokens
+is fitted (NNLS); a regressor identical to an earlier one on every row (new_tokens ==
+num_seqs for decode, num_seqs == 1 for prefill) is unidentifiable and gets 0.
+``draft:<d>`` rows hold the time to propose ``gamma`` tokens per sequence; they are fitted
+per draft step (time_s / gamma, new_tokens = num_seqs).  ``iteration_time`` uses the
+verify law where new_tokens > num_seqs (if measured), else the decode law; prefill falls
+back to verify, then decode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from sim.cluster import ClusterSpec
+from sim.hardware import GPUSpec
+from sim.models import ModelSpec, get_model
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """What the engine calls. Arguments broadcast elementwise; results are float64 seconds.
+
+    iteration_time: one forward pass of one worker over `num_seqs` sequences processing
+    `new_tokens` query tokens in total (decode: num_seqs; verification: sum(gamma_i + 1);
+    prefill chunk: its prompt tokens) attending `context_tokens` KV tokens in total.
+    draft_time: proposing `gamma` tokens for each of `num_seqs` sequences.
+    """
+
+    kv_capacity_tokens: int
+    weight_bytes_per_gpu: float
+
+    def iteration_time(self, num_seqs: ArrayLike, new_tokens: ArrayLike,
+                       context_tokens: ArrayLike) -> np.ndarray: ...
+
+    def prefill_time(self, tokens: ArrayLike) -> np.ndarray: ...
+
+    def draft_time(self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike,
+                   gamma: ArrayLike) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    """Fitted efficiency/overhead terms; anchors in tests/sim/test_cost_model.py."""
+
+    # Fraction of datasheet HBM bandwidth reached by decode GEMVs. EfficientRollout
+    # App. E.3 fits BW_eff = 1560-1620 GB/s on A100 (0.77-0.79 of 2039); TLT Table 2
+    # (Qwen2.5-7B, b=1, TP1: 6.07 ms H100, 10.8 ms A100) implies 0.75 / 0.70 end to end.
+    hbm_bw_eff: float = 0.78
+    # Fraction of dense BF16 peak reached by large-M GEMMs (verify/prefill): H100 SXM
+    # cuBLAS BF16 GEMMs reach ~600-700 of 989 TFLOP/s on TP-sharded shapes.
+    compute_eff: float = 0.62
+    # rho_kappa of EfficientRollout E.3: effective / theoretical KV traffic.
+    kv_read_eff: float = 1.0
+    # Achieved fraction of one-direction NVLink bandwidth in a ring all-reduce.
+    nvlink_eff: float = 0.7
+    # Latency per TP all-reduce (2 per layer), incl. rank skew. Fitted so that
+    # Qwen2.5-32B TP4 H100 b=1 decode is ~13 ms (SpecActor §5.1, vLLM 0.10);
+    # nccl-tests small-message all_reduce on NVLink H100 is ~20-35 us. Known gap: TLT
+    # Table 7 (7B, TP2, H100: 4.13 ms) implies ~20 us on its engine; we give ~6.2 ms.
+    allreduce_latency_s: float = 45e-6
+    # Fixed per-iteration cost: scheduler, input prep, launch, sampling setup. TLT Table 2
+    # (H100, 7B, TP1): 6.07 ms measured vs 5.83 ms of weight streaming at hbm_bw_eff.
+    iteration_overhead_s: float = 0.3e-3
+    # Extra per iteration when tp > 1: vLLM V1 multiproc executor broadcasts the scheduler
+    # output to the TP ranks over a shared-memory queue and gathers rank 0's result.
+    tp_iteration_overhead_s: float = 0.5e-3
+    # c_T * B of EfficientRollout E.3: per-sequence CPU bookkeeping + detokenize.
+    per_seq_overhead_s: float = 10e-6
+    # Per query token: full-vocab sampling / rejection sampling (estimate).
+    per_token_overhead_s: float = 2e-6
+    bytes_per_param: float = 2.0
+    kv_bytes_per_elem: int = 2
+    # Drafter steps run inside one engine step: launch + sampling but no scheduler.
+    # EfficientRollout Table 6: a one-layer EAGLE step costs 0.82-0.91 ms on A100.
+    draft_step_overhead_s: float = 0.3e-3
+    # EAGLE-3 heads predict over a reduced draft vocabulary (draft_vocab_size=32000 in
+    # released EAGLE-3 configs), which is what makes EfficientRollout Table 6's one-token
+    # drafter step 0.82 ms on A100 7B; 0 = full target vocabulary (EAGLE-1/2).
+    eagle_vocab: int = 32000
+    # Small "model:<name>" drafters run unsharded (vLLM speculative_draft_tensor_parallel
+    # _size=1 is the usual choice below ~2B: no all-reduces).
+    draft_model_tp: int = 1
+    # EfficientRollout App. E.3: W4 RTN drafter weights are 33-36 % of BF16 ...
+    w4_weight_ratio: float = 0.35
+    # ... and eta_D > 1 covers W4A16 dequantisation/kernel overhead (estimate: Marlin
+    # reaches ~3-3.5x of the ideal 4x at small batch).
+    eta_d: float = 1.25
+    # CPU drafters, serialised with the GPU step as in vLLM V1. n-gram scans the context
+    # (Seer §2.2: cost grows with context); suffix/history trees cost per lookup + per token
+    # walked (SuffixDecoding, Oliaro et al. 2025: tens of us per request). Estimates.
+    ngram_s_per_seq: float = 5e-6
+    ngram_s_per_context_token: float = 2e-9
+    tree_s_per_seq: float = 20e-6
+    tree_s_per_token: float = 1e-6
+
+
+DEFAULT_PARAMS = RooflineParams()
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One forward pass of some network on one worker, reduced to per-GPU roofline inputs."""
+
+    dense_bytes: float  # weights read every step, per GPU
+    expert_bytes: float  # one routed expert of one layer, per GPU
+    moe_layers: int
+    num_experts: int
+    top_k: int
+    matmul_params: float  # per token, whole model (divided by tp later)
+    attn_coeff: float  # attention FLOPs per query token per context token
+    kv_bytes: float  # KV bytes per token per GPU
+    allreduces: int
+    hidden: int
+    overhead_s: float
+
+
+def _kv_bytes_per_gpu(model: ModelSpec, tp: int, bytes_per_elem: int) -> float:
+    """MLA latents are replicated on every TP rank; GQA heads are split, never below one."""
+    if model.mla_kv_dim:
+        return float(model.kv_bytes_per_token(bytes_per_elem))
+    heads_per_gpu = max(model.kv_heads / tp, 1.0)
+    return 2.0 * model.layers * heads_per_gpu * model.head_dim * bytes_per_elem
+
+
+def _model_pass(model: ModelSpec, tp: int, p: RooflineParams, overhead_s: float) -> _Pass:
+    bpp = p.bytes_per_param / tp
+    return _Pass(dense_bytes=model.non_expert_param_count() * bpp, expert_bytes=model.expert_params() * bpp,
+                 moe_layers=model.moe_layers, num_experts=model.num_experts,
+                 top_k=model.experts_per_token, matmul_params=model.matmul_param_count(),
+                 attn_coeff=model.attn_flops_per_token(1.0),
+                 kv_bytes=_kv_bytes_per_gpu(model, tp, p.kv_bytes_per_elem),
+                 allreduces=2 * model.layers if tp > 1 else 0, hidden=model.hidden,
+                 overhead_s=overhead_s)
+
+
+def _eagle_pass(model: ModelSpec, tp: int, p: RooflineParams) -> _Pass:
+    """TLT/EAGLE drafter: feature-fusion fc (2h->h), one decoder layer, the target's lm head."""
+    layer = model.attn_params_per_layer() + 3 * model.hidden * model.ffn
+    vocab = p.eagle_vocab or model.vocab
+    params = layer + 2 * model.hidden**2 + vocab * model.hidden
+    one_layer = dataclasses.replace(model, layers=1)
+    return _Pass(dense_bytes=params * p.bytes_per_param / tp, expert_bytes=0.0, moe_layers=0,
+                 num_experts=0, top_k=0, matmul_params=params,
+                 attn_coeff=one_layer.attn_flops_per_token(1.0),
+                 kv_bytes=_kv_bytes_per_gpu(one_layer, tp, p.kv_bytes_per_elem),
+                 allreduces=2 if tp > 1 else 0, hidden=model.hidden,
+                 overhead_s=p.draft_step_overhead_s)
+
+
+class RooflineCostModel:
+    """Roofline over architecture and datasheet, plus fitted overheads (see RooflineParams)."""
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int,
+                 params: RooflineParams = DEFAULT_PARAMS, gpu_mem_util: float = 0.9) -> None:
+        self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
+        self.gpu_mem_util = gpu_mem_util
+        overhead = params.iteration_overhead_s + (params.tp_iteration_overhead_s if tp > 1 else 0)
+        self._pass = _model_pass(model, tp, params, overhead)
+        self.weight_bytes_per_gpu = model.weight_bytes(params.bytes_per_param) / tp
+        free = gpu.hbm_bytes * gpu_mem_util - self.weight_bytes_per_gpu
+        if free <= 0:
+            raise ValueError(
+                f"model {model.name} ({self.weight_bytes_per_gpu / 1e9:.1f} GB/GPU at tp={tp}) "
+                f"does not fit in {gpu_mem_util:.0%} of {gpu.name} ({gpu.hbm_bytes / 1e9:.0f} GB)")
+        self.kv_capacity_tokens = int(free // self._pass.kv_bytes)
+        self._draft_models: dict[str, RooflineCostModel] = {}
+
+    def _terms(self, p: _Pass, num_seqs: ArrayLike, new_tokens: ArrayLike,
+               kv_read_tokens: ArrayLike, attn_context: ArrayLike,
+               weight_scale: float = 1.0) -> tuple[np.ndarray, ...]:
+        """(memory, compute, communication, overhead) seconds of pass `p`.
+
+        attn_context is the context each query token attends to (per sequence).
+        """
+        prm, gpu, tp = self.params, self.gpu, self.tp
+        b = np.asarray(num_seqs, dtype=np.float64)
+        n = np.asarray(new_tokens, dtype=np.float64)
+        weights = p.dense_bytes * weight_scale + np.zeros_like(n)
+        if p.moe_layers:
+            touched = p.num_experts * -np.expm1(n * math.log1p(-p.top_k / p.num_experts))
+            weights = weights + p.moe_layers * touched * p.expert_bytes * weight_scale
+        kv = (np.asarray(kv_read_tokens, dtype=np.float64) * prm.kv_read_eff + n) * p.kv_bytes
+        t_mem = (weights + kv) / (gpu.hbm_bw * prm.hbm_bw_eff)
+        flops = n * (2.0 * p.matmul_params + p.attn_coeff * np.asarray(attn_context)) / tp
+        t_compute = flops / (gpu.bf16_flops * prm.compute_eff)
+        ring = 2.0 * (tp - 1) / tp * n * p.hidden * 2.0
+        per_ar = prm.allreduce_latency_s + ring / (gpu.nvlink_bw / 2 * prm.nvlink_eff)
+        t_comm = p.allreduces * per_ar
+        t_over = p.overhead_s + prm.per_seq_overhead_s * b + prm.per_token_overhead_s * n
+        return t_mem, t_compute, t_comm, t_over
+
+    def _time(self, p: _Pass, num_seqs: ArrayLike, new_tokens: ArrayLike,
+              kv_read_tokens: ArrayLike, attn_context: ArrayLike,
+              weight_scale: float = 1.0) -> np.ndarray:
+        t_mem, t_compute, t_comm, t_over = self._terms(
+            p, num_seqs, new_tokens, kv_read_tokens, attn_context, weight_scale)
+        return np.maximum(t_mem, t_compute) + t_comm + t_over
+
+    def iteration_time(self, num_seqs: ArrayLike, new_tokens: ArrayLike,
+                       context_tokens: ArrayLike) -> np.ndarray:
+        ctx = np.asarray(context_tokens, dtype=np.float64)
+        per_seq_ctx = ctx / np.maximum(np.asarray(num_seqs, dtype=np.float64), 1.0)
+        return self._time(self._pass, num_seqs, new_tokens, ctx, per_seq_ctx)
+
+    def prefill_time(self, tokens: ArrayLike) -> np.ndarray:
+        """One prompt of `tokens` tokens; causal attention sees tokens/2 keys on average."""
+        t = np.asarray(tokens, dtype=np.float64)
+        return self._time(self._pass, 1.0, t, 0.0, t / 2.0)
+
+    def draft_time(self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike,
+                   gamma: ArrayLike) -> np.ndarray:
+        b = np.asarray(num_seqs, dtype=np.float64)
+        ctx = np.asarray(context_tokens, dtype=np.float64)
+        g = np.asarray(gamma, dtype=np.float64)
+        per_seq_ctx = ctx / np.maximum(b, 1.0)
+        prm = self.params
+        if drafter == "ngram":
+            return b * (prm.ngram_s_per_seq + prm.ngram_s_per_context_token * per_seq_ctx) * (g > 0)
+        if drafter in ("suffix", "history"):
+            return b * (prm.tree_s_per_seq + prm.tree_s_per_token * g) * (g > 0)
+        if drafter == "w4-self":
+            w4 = dataclasses.replace(self._pass, overhead_s=prm.draft_step_overhead_s)
+            step = self._time(w4, b, b, ctx, per_seq_ctx, prm.w4_weight_ratio * prm.eta_d)
+        elif drafter == "eagle":
+            step = self._time(_eagle_pass(self.model, self.tp, prm), b, b, ctx, per_seq_ctx)
+        elif drafter.startswith("model:"):
+            step = self._draft_model(drafter[len("model:"):]).iteration_time(b, b, ctx)
+        else:
+            raise ValueError(f"unknown drafter {drafter!r}; known: ngram, suffix, history, "
+                             "w4-self, eagle, model:<catalogue name>")
+        return g * step
+
+    def _draft_model(self, name: str) -> RooflineCostModel:
+        if name not in self._draft_models:
+            prm = dataclasses.replace(self.params,
+                                      iteration_overhead_s=self.params.draft_step_overhead_s)
+            self._draft_models[name] = RooflineCostModel(
+                get_model(name), self.gpu, self.params.draft_model_tp, prm, self.gpu_mem_util)
+        return self._draft_models[name]
+
+    def breakdown(self, num_seqs: float, new_tokens: float, context_tokens: float
+                  ) -> dict[str, float]:
+        """Terms of one iteration, for reports and regime tests (memory- vs compute-bound)."""
+        ctx_seq = context_tokens / max(num_seqs, 1.0)
+        terms = self._terms(self._pass, num_seqs, new_tokens, context_tokens, ctx_seq)
+        mem, compute, comm, over = (float(t) for t in terms)
+        return {"memory_s": mem, "compute_s": compute, "comm_s": comm, "overhead_s": over,
+                "total_s": max(mem, compute) + comm + over}
+
+
+def nnls(a: np.ndarray, y: np.ndarray, max_iter: int = 100) -> np.ndarray:
+    """Lawson-Hanson active-set NNLS: min ||a x - y|| s.t. x >= 0 (scipy is not a dependency)."""
+    scale = np.linalg.norm(a, axis=0)
+    scale[scale == 0] = 1.0
+    a = a / scale
+    x = np.zeros(a.shape[1])
+    passive = np.zeros(a.shape[1], dtype=bool)
+    for _ in range(max_iter):
+        grad = a.T @ (y - a @ x)
+        if passive.all() or grad[~passive].max(initial=-np.inf) <= 1e-12 * max(1.0, abs(y).max()):
+            break
+        passive[np.argmax(np.where(passive, -np.inf, grad))] = True
+        while True:
+            z = np.zeros_like(x)
+            z[passive] = np.linalg.lstsq(a[:, passive], y, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            neg = passive & (z <= 0)
+            step = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + step * (z - x)
+            passive &= x > 1e-15
+    return x / scale
+
+
+def _fit_affine(rows: np.ndarray) -> np.ndarray:
+    """NNLS of time on [1, num_seqs, new_tokens, context]; rows [1, b, n, ctx, t].
+
+    Columns that repeat an earlier one (decode: new_tokens == num_seqs; prefill: num_seqs
+    == 1 == intercept) cannot be told apart, so they are dropped and get coefficient 0.
+    """
+    x, y = rows[:, :4], rows[:, 4]
+    keep: list[int] = []
+    for j in range(4):
+        if not any(np.allclose(x[:, j], x[:, k]) for k in keep) and x[:, j].any():
+            keep.append(j)
+    coef = np.zeros(4)
+    coef[keep] = nnls(x[:, keep], y)
+    return coef
+
+
+_FIELDS = ("num_seqs", "new_tokens", "context_tokens", "gamma", "time_s")
+_BASE_KINDS = ("decode", "verify", "prefill")
+
+
+class ProfiledCostModel:
+    """Measured per-kind affine laws (format in the module docstring)."""
+
+    def __init__(self, coefficients: dict[str, np.ndarray], kv_capacity_tokens: int,
+                 weight_bytes_per_gpu: float, meta: dict[str, Any] | None = None) -> None:
+        if "decode" not in coefficients:
+            raise ValueError("profile: needs 'decode' measurements")
+        self.coefficients = {k: np.asarray(c, dtype=np.float64) for k, c in coefficients.items()}
+        self.kv_capacity_tokens = int(kv_capacity_tokens)
+        self.weight_bytes_per_gpu = float(weight_bytes_per_gpu)
+        self.meta = dict(meta or {})
+
+    def _law(self, kind: str, b: ArrayLike, n: ArrayLike, ctx: ArrayLike) -> np.ndarray:
+        c = self.coefficients[kind]
+        return (c[0] + c[1] * np.asarray(b, dtype=np.float64) + c[2] * np.asarray(n, np.float64)
+                + c[3] * np.asarray(ctx, dtype=np.float64))
+
+    def iteration_time(self, num_seqs: ArrayLike, new_tokens: ArrayLike,
+                       context_tokens: ArrayLike) -> np.ndarray:
+        decode = self._law("decode", num_seqs, new_tokens, context_tokens)
+        if "verify" not in self.coefficients:
+            return decode
+        verify = self._law("verify", num_seqs, new_tokens, context_tokens)
+        return np.where(np.asarray(new_tokens) > np.asarray(num_seqs), verify, decode)
+
+    def prefill_time(self, tokens: ArrayLike) -> np.ndarray:
+        kind = next(k for k in ("prefill", "verify", "decode") if k in self.coefficients)
+        return self._law(kind, 1.0, tokens, tokens)
+
+    def draft_time(self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike,
+                   gamma: ArrayLike) -> np.ndarray:
+        kind = f"draft:{drafter}"
+        if kind not in self.coefficients:
+            have = ", ".join(k for k in self.coefficients if k.startswith("draft:")) or "none"
+            raise ValueError(f"profile has no {kind!r} measurements (has: {have})")
+        step = self._law(kind, num_seqs, num_seqs, context_tokens)
+        return np.asarray(gamma, dtype=np.float64) * step
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> ProfiledCostModel:
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"profile {path.name}: cannot read: {exc}") from None
+        return cls.from_dict(doc, source=path.name)
+
+    @classmethod
+    def from_dict(cls, doc: Any, source: str = "<dict>") -> ProfiledCostModel:
+        def bad(field: str, why: str) -> ValueError:
+            return ValueError(f"profile {source}: field {field!r} {why}")
+
+        if not isinstance(doc, dict) or doc.get("format") != "simctl-profile/1":
+            raise bad("format", "must be 'simctl-profile/1'")
+        tp = doc.get("tp")
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise bad("tp", f"={tp!r} must be a positive integer")
+        cap = doc.get("kv_capacity_tokens")
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise bad("kv_capacity_tokens", f"={cap!r} must be a positive integer")
+        rows = doc.get("measurements")
+        if not isinstance(rows, list) or not rows:
+            raise bad("measurements", "must be a non-empty list")
+        grouped: dict[str, list[list[float]]] = {}
+        for i, row in enumerate(rows):
+            kind = row.get("kind") if isinstance(row, dict) else None
+            if not isinstance(kind, str) or not (kind in _BASE_KINDS or kind.startswith("draft:")):
+                raise bad(f"measurements[{i}].kind", f"={kind!r} must be decode, verify, "
+                          "prefill or draft:<drafter>")
+            vals = [row.get(f) for f in _FIELDS]
+            for f, v in zip(_FIELDS, vals, strict=True):
+                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                        or v < 0 or (f == "time_s" and v <= 0):
+                    raise bad(f"measurements[{i}].{f}", f"={v!r} must be a non-negative number")
+            b, n, ctx, gamma, t = (float(v) for v in vals)
+            if kind.startswith("draft:"):
+                if gamma < 1:
+                    raise bad(f"measurements[{i}].gamma", f"={vals[3]!r} must be >= 1 for drafts")
+                n, t = b, t / gamma
+            grouped.setdefault(kind, []).append([1.0, b, n, ctx, t])
+        coefficients = {k: _fit_affine(np.array(v)) for k, v in grouped.items()}
+        if "decode" not in coefficients:
+            raise bad("measurements", "needs at least one 'decode' row")
+        weight = doc.get("weight_bytes_per_gpu")
+        if weight is None:
+            try:
+                weight = get_model(str(doc.get("model"))).weight_bytes() / tp
+            except ValueError:
+                raise bad("weight_bytes_per_gpu", "is required for a model outside the "
+                          "catalogue") from None
+        meta = {k: doc.get(k) for k in ("backend", "model", "device", "tp")}
+        return cls(coefficients, cap, float(weight), meta | {"source": source})
+
+
+def load_cost_model(model: ModelSpec | str, cluster: ClusterSpec,
+                    profile_path: str | Path | None = None,
+                    params: RooflineParams = DEFAULT_PARAMS) -> CostModel:
+    """A measured profile when one is given (checked against model and TP), else roofline."""
+    spec = get_model(model) if isinstance(model, str) else model
+    if profile_path is None:
+        return RooflineCostModel(spec, cluster.gpu, cluster.tp, params, cluster.gpu_mem_util)
+    prof = ProfiledCostModel.from_json(profile_path)
+    name = Path(profile_path).name
+    if prof.meta.get("tp") != cluster.tp:
+        raise ValueError(f"profile {name}: field 'tp'={prof.meta.get('tp')} but the cluster "
+                         f"runs tp={cluster.tp}")
+    try:
+        same = get_model(str(prof.meta.get("model"))) == spec
+    except ValueError:
+        same = True  # uncatalogued model: trust the caller
+    if not same:
+        raise ValueError(f"profile {name}: field 'model'={prof.meta.get('model')!r} but the "
+                         f"run simulates {spec.name}")
+    return prof

@@ -1,0 +1,256 @@
+"""One RL step's rollout on the simulated cluster: builds workers, delivers events to the
+policy, applies its actions, and collects what the metrics need.
+
+The policy is called synchronously from inside worker processes (at the simulated instant
+the event happens); actions that affect another worker poke it, and it re-plans at its
+next iteration boundary.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import simpy
+
+from policies.contract import (
+    Action,
+    Assign,
+    Capability,
+    ChunkFinished,
+    Defer,
+    Event,
+    Migrate,
+    Policy,
+    RequestFinished,
+    Role,
+    SetRole,
+    SetSpec,
+    StepStarted,
+)
+from sim.cost_model import CostModel
+from sim.state import DEFERRED, FINISHED, RUNNING, UNASSIGNED, WAITING, StepState
+from sim.view import SimView
+from sim.worker import Plan, Worker
+
+SIM_CAPABILITIES = frozenset(
+    {
+        Capability.PLACE,
+        Capability.CHUNK,
+        Capability.PRIORITY,
+        Capability.MIGRATE,
+        Capability.SPEC_PER_WORKER,
+        Capability.SPEC_PER_REQUEST,
+        Capability.ROLES,
+        Capability.DEFER,
+    }
+)
+
+# Trace draft-method name -> cost-model drafter (drafter sizes for a ~32B target, SpecActor §5.1).
+DRAFTERS = {
+    "ngram": "ngram",
+    "suffix": "suffix",
+    "history": "history",
+    "draft_small": "model:qwen2.5-0.5b",
+    "draft_medium": "model:qwen2.5-1.5b",
+    "w4_self": "w4-self",
+    "eagle": "eagle",
+}
+
+
+class SimError(ValueError):
+    """A run that cannot proceed (policy asks for something impossible); one line."""
+
+
+@dataclass
+class EngineConfig:
+    """Per-worker inference-engine settings (vLLM defaults unless noted)."""
+
+    max_num_seqs: int = 256  # vLLM scheduler default
+    kv_watermark: float = 0.01  # vLLM keeps 1% of KV blocks free at admission
+    per_iteration: bool = False  # reference mode: one event per decode iteration
+
+
+class StepSimulation:
+    def __init__(
+        self,
+        state: StepState,
+        policy: Policy,
+        cost: CostModel,
+        layout: Sequence[tuple[int, int]],  # per worker: (node, gpus)
+        config: EngineConfig,
+        seed: int,
+        view_extras: dict | None = None,
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self.cost = cost
+        self.config = config
+        self.seed = seed
+        self.env = simpy.Environment()
+        self.done = False
+        self.done_event = self.env.event()
+        self.counters: Counter[str] = Counter()
+        self.segments: list[tuple] = []  # (worker, t0, t1, iterations, batch, kv, gamma_mean)
+        self.roles: list[tuple[int, float, str]] = []  # (worker, time, role)
+        self.unfinished = state.n
+        self.makespan = 0.0
+        longest = int((state.prompt_len + state.target_len).max()) if state.n else 0
+        if longest > cost.kv_capacity_tokens:
+            raise SimError(
+                f"KV capacity {cost.kv_capacity_tokens} tokens per worker is smaller than the longest "
+                f"request context {longest} tokens (step {state.step}): use more GPUs per worker (tp)"
+            )
+        self.workers = [
+            Worker(self, w, node, gpus, cost.kv_capacity_tokens) for w, (node, gpus) in enumerate(layout)
+        ]
+        self.view = SimView(self, **(view_extras or {}))
+
+    # ------------------------------------------------------------------ acceptance
+    def method_index(self, method: str) -> int:
+        try:
+            return self.state.method_index(method)
+        except KeyError:
+            raise SimError(
+                f"trace has no acceptance column 'accept_{method}' needed by policy '{self.policy.name}'"
+            ) from None
+
+    def drafter_for(self, method: str) -> str:
+        try:
+            return DRAFTERS[method]
+        except KeyError:
+            raise SimError(f"unknown draft method '{method}'; known: {', '.join(DRAFTERS)}") from None
+
+    # ---------------------------------------------------------------------- events
+    def emit(self, event: Event) -> None:
+        self.counters["events"] += 1
+        actions = self.policy.on_event(event, self.view)
+        if actions:
+            self.apply_actions(actions)
+
+    def end_dispatch(self, rid: int, worker: Worker, now: float) -> None:
+        st = self.state
+        if st.generated[rid] >= st.target_len[rid]:
+            st.state[rid] = FINISHED
+            st.finish_s[rid] = now
+            self.unfinished -= 1
+            self.makespan = now
+            self.emit(
+                RequestFinished(time_s=now, request=rid, worker=worker.id, length=int(st.target_len[rid]))
+            )
+            if self.unfinished == 0:
+                self._finish()
+        else:
+            st.state[rid] = UNASSIGNED
+            st.worker[rid] = -1
+            self.counters["chunks"] += 1
+            self.emit(
+                ChunkFinished(time_s=now, request=rid, worker=worker.id, generated=int(st.generated[rid]))
+            )
+
+    def _finish(self) -> None:
+        if not self.done:
+            self.done = True
+            self.done_event.succeed()
+
+    # --------------------------------------------------------------------- actions
+    def apply_actions(self, actions: Sequence[Action]) -> None:
+        st = self.state
+        for a in actions:
+            if isinstance(a, Assign):
+                self._check_worker(a.worker, a)
+                if st.state[a.request] != UNASSIGNED:
+                    raise SimError(f"policy '{self.policy.name}': {a} for a request that is not unassigned")
+                st.worker[a.request] = a.worker
+                st.priority[a.request] = a.priority
+                budget = st.target_len[a.request]
+                if a.max_tokens is not None:
+                    budget = min(budget, st.generated[a.request] + a.max_tokens)
+                st.dispatch_end[a.request] = budget
+                st.dispatches[a.request] += 1
+                self.workers[a.worker].enqueue(a.request)
+            elif isinstance(a, SetSpec):
+                if a.spec.enabled:
+                    assert a.spec.method is not None
+                    self.drafter_for(a.spec.method)
+                if a.request is not None:
+                    self._set_request_spec(a)
+                if a.worker is not None:
+                    self._check_worker(a.worker, a)
+                    self.workers[a.worker].set_spec(a.spec)
+            elif isinstance(a, SetRole):
+                self._check_worker(a.worker, a)
+                self.workers[a.worker].role = a.role
+                self.roles.append((a.worker, self.env.now, a.role.value))
+            elif isinstance(a, Defer):
+                if st.state[a.request] not in (UNASSIGNED, WAITING):
+                    raise SimError(f"policy '{self.policy.name}': {a} for a request that is running or done")
+                st.state[a.request] = DEFERRED
+                self.unfinished -= 1
+                if self.unfinished == 0:
+                    self._finish()
+            elif isinstance(a, Migrate):
+                self._migrate(a)
+            else:
+                raise SimError(
+                    f"policy '{self.policy.name}' used {type(a).__name__}, "
+                    "which the simulator does not support yet"
+                )
+
+    def _set_request_spec(self, a: SetSpec) -> None:
+        st = self.state
+        assert a.request is not None
+        st.spec[a.request] = a.spec
+        on = a.spec.enabled and a.spec.method is not None
+        st.req_method[a.request] = self.method_index(a.spec.method) if on else -1  # type: ignore[arg-type]
+        st.req_gamma[a.request] = a.spec.gamma if on else 0
+        w = st.worker[a.request]
+        if w >= 0:
+            self.workers[w].poke()
+
+    def _migrate(self, a: Migrate) -> None:
+        """Move a waiting request now; a running one leaves at its worker's next boundary."""
+        st = self.state
+        self._check_worker(a.worker, a)
+        src = int(st.worker[a.request])
+        if st.state[a.request] == RUNNING:
+            old = self.workers[src]
+            keep = old.running != a.request
+            old.running = old.running[keep]
+            old.poke()
+        elif st.state[a.request] == WAITING:
+            self.workers[src].waiting_count -= 1  # heap entry goes stale
+        else:
+            raise SimError(f"policy '{self.policy.name}': {a} for a request that is not queued or running")
+        if not a.transfer_kv:
+            st.kv_resident[a.request] = 0
+        self.counters["migrations"] += 1
+        st.worker[a.request] = a.worker
+        self.workers[a.worker].enqueue(a.request)
+
+    def _check_worker(self, w: int | None, a: Action) -> None:
+        if w is None or not 0 <= w < len(self.workers):
+            raise SimError(
+                f"policy '{self.policy.name}': {a} names worker {w}, cluster has {len(self.workers)}"
+            )
+
+    # --------------------------------------------------------------------- records
+    def record_segment(self, worker: Worker, t0: float, t1: float, iterations: int, plan: Plan) -> None:
+        self.segments.append(
+            (worker.id, t0, t1, iterations, len(plan.ids), plan.kv_tokens, plan.spec_gamma_mean)
+        )
+
+    # ------------------------------------------------------------------------- run
+    def run(self) -> float:
+        st = self.state
+        if st.n == 0:
+            return 0.0
+        for w in self.workers:
+            self.roles.append((w.id, 0.0, Role.ROLLOUT.value))
+        self.emit(StepStarted(time_s=0.0, step=st.step, epoch=st.epoch, requests=tuple(range(st.n))))
+        unplaced = int((st.state == UNASSIGNED).sum())
+        if unplaced == st.n:
+            raise SimError(f"policy '{self.policy.name}' placed no request at step start")
+        self.env.run(until=self.done_event)
+        return self.makespan

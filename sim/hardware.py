@@ -1,0 +1,142 @@
+"""GPU catalogue: the handful of datasheet numbers the roofline cost model needs.
+
+Units are SI bytes and seconds throughout (B, B/s, FLOP/s) so that nothing downstream
+has to remember whether "GB" meant 1e9 or 2**30.  Bandwidths follow the vendor's own
+convention, which differs per link and is easy to get wrong:
+
+* ``hbm_bw``: aggregate HBM bandwidth as quoted on the datasheet (one direction only
+  exists for DRAM).
+* ``nvlink_bw``: the datasheet's *total bidirectional* NVLink bandwidth per GPU
+  (900 GB/s on H100).  A ring all-reduce moves data in one direction per link, so
+  the cost model uses ``nvlink_bw / 2``.
+* ``rdma_bw``: per-GPU inter-node bandwidth in one direction (one NIC per GPU on DGX/HGX
+  systems: 400 Gb/s ConnectX-7 = 50 GB/s).
+* ``pcie_bw``: host link in one direction (PCIe Gen5 x16 = 64 GB/s, Gen4 x16 = 32 GB/s),
+  used for KV offload / weight reload estimates.
+
+HBM capacity uses the datasheet's decimal "80GB" (80e9), not the ~85.5e9 bytes that
+``nvidia-smi`` reports: the ~5 GB difference stands in for the CUDA context, activation
+workspace, CUDA graphs and NCCL buffers that an inference engine reserves anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 1e9
+TB = 1e12
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """Datasheet numbers for one GPU; see the module docstring for the units."""
+
+    name: str
+    hbm_bytes: float
+    hbm_bw: float
+    bf16_flops: float
+    nvlink_bw: float
+    rdma_bw: float
+    pcie_bw: float
+
+    def to_dict(self) -> dict[str, float | str]:
+        """Plain dict for JSON provenance records."""
+        return {
+            "name": self.name,
+            "hbm_bytes": self.hbm_bytes,
+            "hbm_bw": self.hbm_bw,
+            "bf16_flops": self.bf16_flops,
+            "nvlink_bw": self.nvlink_bw,
+            "rdma_bw": self.rdma_bw,
+            "pcie_bw": self.pcie_bw,
+        }
+
+
+# NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): 80 GB HBM3, 3.35 TB/s,
+# BF16 1,979 TFLOPS *with sparsity* -> 989.4 TFLOPS dense, NVLink 900 GB/s,
+# PCIe Gen5 128 GB/s (bidirectional). DGX H100: 8x ConnectX-7 400 Gb/s, one per GPU.
+H100_SXM_80GB = GPUSpec(
+    name="H100-SXM-80GB",
+    hbm_bytes=80 * GB,
+    hbm_bw=3.35 * TB,
+    bf16_flops=989.4e12,
+    nvlink_bw=900 * GB,
+    rdma_bw=50 * GB,
+    pcie_bw=64 * GB,
+)
+
+# H800 SXM5 (China export variant of H100): same die, HBM and tensor throughput as the
+# H100 SXM5; NVLink cut to 400 GB/s (NVIDIA H800 product brief). Inter-node: one
+# 400 Gb/s IB NIC per GPU, "IB (50 GB/s)" in the DeepSeek-V3 technical report §3.2.2.
+H800_SXM_80GB = GPUSpec(
+    name="H800-SXM-80GB",
+    hbm_bytes=80 * GB,
+    hbm_bw=3.35 * TB,
+    bf16_flops=989.4e12,
+    nvlink_bw=400 * GB,
+    rdma_bw=50 * GB,
+    pcie_bw=64 * GB,
+)
+
+# NVIDIA H200 Tensor Core GPU datasheet (SXM column): 141 GB HBM3e, 4.8 TB/s, BF16
+# 1,979 TFLOPS with sparsity (989.4 dense), NVLink 900 GB/s, PCIe Gen5 128 GB/s.
+H200_SXM_141GB = GPUSpec(
+    name="H200-SXM-141GB",
+    hbm_bytes=141 * GB,
+    hbm_bw=4.8 * TB,
+    bf16_flops=989.4e12,
+    nvlink_bw=900 * GB,
+    rdma_bw=50 * GB,
+    pcie_bw=64 * GB,
+)
+
+# NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column): HBM2e 2,039 GB/s, BF16
+# 312 TFLOPS dense, NVLink 600 GB/s, PCIe Gen4 64 GB/s (bidirectional).
+# DGX A100: 8x ConnectX-6 200 Gb/s HDR, one per GPU -> 25 GB/s.
+A100_SXM_80GB = GPUSpec(
+    name="A100-SXM-80GB",
+    hbm_bytes=80 * GB,
+    hbm_bw=2.039 * TB,
+    bf16_flops=312e12,
+    nvlink_bw=600 * GB,
+    rdma_bw=25 * GB,
+    pcie_bw=32 * GB,
+)
+
+DEFAULT_GPU = H100_SXM_80GB
+
+GPUS: dict[str, GPUSpec] = {
+    g.name: g for g in (H100_SXM_80GB, H800_SXM_80GB, H200_SXM_141GB, A100_SXM_80GB)
+}
+
+_ALIASES: dict[str, str] = {
+    "h100": H100_SXM_80GB.name,
+    "h100-sxm": H100_SXM_80GB.name,
+    "h100-sxm5": H100_SXM_80GB.name,
+    "h100-80gb": H100_SXM_80GB.name,
+    "h100-sxm-80gb": H100_SXM_80GB.name,
+    "h800": H800_SXM_80GB.name,
+    "h800-sxm": H800_SXM_80GB.name,
+    "h200": H200_SXM_141GB.name,
+    "h200-sxm": H200_SXM_141GB.name,
+    "a100": A100_SXM_80GB.name,
+    "a100-80gb": A100_SXM_80GB.name,
+    "a100-sxm": A100_SXM_80GB.name,
+    "a100-80gb-sxm": A100_SXM_80GB.name,
+}
+
+
+def _normalise(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """Look a GPU up by catalogue name or alias, ignoring case, '_' vs '-' and spaces."""
+    key = _normalise(name)
+    for canonical, spec in GPUS.items():
+        if _normalise(canonical) == key:
+            return spec
+    if key in _ALIASES:
+        return GPUS[_ALIASES[key]]
+    known = ", ".join(sorted(GPUS))
+    raise ValueError(f"unknown GPU {name!r}; known: {known} (aliases: h100, h800, h200, a100)")

@@ -1,0 +1,217 @@
+"""Replaying a trace: each policy, step by step, on the same cluster and seed.
+
+A fresh policy object per policy name, kept across the steps of the replay (policies that
+adapt across steps rely on it); a fresh simulation per step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from policies.contract import ModelInfo, PromptHistory
+from policies.registry import make_policy
+from sim.cluster import ClusterSpec
+from sim.cost_model import CostModel
+from sim.engine import EngineConfig, StepSimulation
+from sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
+from sim.models import ModelSpec
+from sim.state import StepState
+from sim.step_time import post_rollout_time, step_time
+from traces.io import Trace
+
+
+@dataclass
+class ReplaySetup:
+    trace: Trace
+    cluster: ClusterSpec
+    model: ModelSpec
+    cost: CostModel
+    steps: list[int]
+    seed: int = 0
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    cost_source: str = "roofline"
+
+    def layout(self) -> list[tuple[int, int]]:
+        per_node = self.cluster.workers_per_node
+        return [(w // per_node, self.cluster.tp) for w in range(self.cluster.num_workers)]
+
+    def info(self) -> ModelInfo:
+        m = self.trace.meta
+        return ModelInfo(
+            model=self.model.name,
+            gpu=self.cluster.gpu.name,
+            tp=self.cluster.tp,
+            group_size=m.group_size,
+            temperature=m.temperature,
+        )
+
+
+@dataclass
+class PolicyRun:
+    name: str
+    params: dict
+    steps: list[StepMetrics] = field(default_factory=list)
+    requests: list[pd.DataFrame] = field(default_factory=list)
+    timeline: list[pd.DataFrame] = field(default_factory=list)
+    roles: list[pd.DataFrame] = field(default_factory=list)
+    sim_wall_s: float = 0.0
+    events: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        mk = [s.rollout_makespan_s for s in self.steps]
+        st = [s.step_time_s for s in self.steps]
+        return {
+            "steps": [s.to_dict() for s in self.steps],
+            "mean_rollout_makespan_s": float(np.mean(mk)) if mk else 0.0,
+            "mean_step_time_s": float(np.mean(st)) if st else 0.0,
+            "sim_wall_s": self.sim_wall_s,
+            "events": self.events,
+            "counters": self.counters,
+            "params": self.params,
+        }
+
+
+def _step_frames(setup: ReplaySetup) -> dict[int, pd.DataFrame]:
+    df = setup.trace.df
+    wanted = df[df["step"].isin(setup.steps)]
+    return {int(s): g for s, g in wanted.groupby("step", sort=True)}
+
+
+def run_policy(
+    setup: ReplaySetup,
+    policy_spec: str,
+    on_step: Callable[[str, int], None] | None = None,
+) -> PolicyRun:
+    policy = make_policy(policy_spec)
+    run = PolicyRun(name=policy.name, params=policy.params())
+    history: dict[int, PromptHistory] = {}
+    info = setup.info()
+    for step, frame in _step_frames(setup).items():
+        t0 = time.perf_counter()
+        state = StepState.from_frame(frame, step)
+        sim = StepSimulation(
+            state,
+            policy,
+            setup.cost,
+            setup.layout(),
+            setup.engine,
+            setup.seed,
+            view_extras={"info": info, "history": history},
+        )
+        makespan = sim.run()
+        run.sim_wall_s += time.perf_counter() - t0
+        run.events += sim.counters["events"]
+        for k, v in sim.counters.items():
+            run.counters[k] = run.counters.get(k, 0) + int(v)
+        run.steps.append(_metrics(setup, sim, frame, makespan))
+        run.requests.append(_request_frame(sim, run.name))
+        run.timeline.append(_timeline_frame(sim, run.name))
+        run.roles.append(
+            pd.DataFrame(sim.roles, columns=["worker", "time_s", "role"]).assign(policy=run.name, step=step)
+        )
+        _extend_history(history, frame)
+        if on_step:
+            on_step(run.name, step)
+    return run
+
+
+def _lent_seconds(sim: StepSimulation, makespan: float) -> np.ndarray:
+    """Per worker: seconds in a non-rollout role before the makespan."""
+    lent = np.zeros(len(sim.workers))
+    current: dict[int, tuple[float, str]] = {}
+    for w, t, role in sim.roles:
+        if w in current and current[w][1] not in ("rollout", "idle"):
+            lent[w] += max(0.0, min(t, makespan) - current[w][0])
+        current[w] = (t, role)
+    for w, (t, role) in current.items():
+        if role not in ("rollout", "idle"):
+            lent[w] += max(0.0, makespan - t)
+    return lent
+
+
+def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makespan: float) -> StepMetrics:
+    st = sim.state
+    nworkers = len(sim.workers)
+    busy = np.zeros(nworkers)
+    if sim.segments:
+        seg = np.asarray([(s[0], s[2] - s[1]) for s in sim.segments])
+        np.add.at(busy, seg[:, 0].astype(int), seg[:, 1])
+    gpus = np.asarray([w.gpus for w in sim.workers], dtype=np.float64)
+    lent = _lent_seconds(sim, makespan)
+    tokens = int(st.target_len[~np.isnan(st.finish_s)].sum())
+    post = post_rollout_time(
+        setup.trace.meta.timing_for(st.step),
+        tokens=int(st.target_len.sum() + st.prompt_len.sum()),
+        active_params=float(setup.model.active_param_count()),
+        weight_bytes=float(setup.model.weight_bytes()),
+        total_gpus=setup.cluster.total_gpus,
+        gpu_flops=setup.cluster.gpu.bf16_flops,
+        sync_bw_Bps=setup.cluster.gpu.rdma_bw,
+    )
+    return StepMetrics(
+        step=st.step,
+        rollout_makespan_s=makespan,
+        step_time_s=step_time(makespan, post, float((lent * gpus).sum()), setup.cluster.total_gpus),
+        output_tokens=tokens,
+        throughput_tok_s=tokens / makespan if makespan > 0 else 0.0,
+        tail_time_s=tail_time(st.finish_s, makespan),
+        gpu_idle_fraction=idle_fraction(busy, lent, gpus, makespan),
+        mean_accept_len=accept_len(st.spec_tokens, st.spec_iters),
+    )
+
+
+def _request_frame(sim: StepSimulation, policy: str) -> pd.DataFrame:
+    st = sim.state
+    return pd.DataFrame(
+        {
+            "policy": policy,
+            "step": np.int32(st.step),
+            "request": np.arange(st.n, dtype=np.int32),
+            "prompt_id": st.prompt_id,
+            "sample": st.sample,
+            "worker": st.worker,
+            "prompt_len": st.prompt_len,
+            "response_len": st.target_len,
+            "finish_s": st.finish_s,
+            "preemptions": st.preemptions,
+            "dispatches": st.dispatches,
+            "drafted": st.drafted,
+            "accepted": st.accepted,
+            "spec_iters": st.spec_iters,
+        }
+    )
+
+
+TIMELINE_COLUMNS = ["worker", "t0_s", "t1_s", "iterations", "batch", "kv_tokens", "gamma_mean"]
+
+
+def _timeline_frame(sim: StepSimulation, policy: str) -> pd.DataFrame:
+    df = pd.DataFrame(sim.segments, columns=TIMELINE_COLUMNS)
+    return df.assign(policy=policy, step=np.int32(sim.state.step))
+
+
+def _extend_history(history: dict[int, PromptHistory], frame: pd.DataFrame) -> None:
+    has_reward = "reward" in frame.columns
+    for pid, g in frame.groupby("prompt_id", sort=False):
+        old = history.get(int(pid), PromptHistory())
+        lengths = (*old.lengths, tuple(int(x) for x in g["response_len"]))
+        rewards = (*old.rewards, tuple(float(x) for x in g["reward"])) if has_reward else old.rewards
+        history[int(pid)] = PromptHistory(lengths=lengths, rewards=rewards)
+
+
+def replay(
+    setup: ReplaySetup,
+    policy_specs: Sequence[str],
+    on_step: Callable[[str, int], None] | None = None,
+) -> dict[str, PolicyRun]:
+    runs: dict[str, PolicyRun] = {}
+    for spec in policy_specs:
+        run = run_policy(setup, spec, on_step)
+        runs[run.name] = run
+    return runs

@@ -1,0 +1,267 @@
+"""`simctl replay`: run policies over a trace on a simulated cluster and compare them."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from policies.registry import REGISTRY, UnknownPolicyError, make_policy
+from sim.cluster import parse_cluster
+from sim.cost_model import load_cost_model
+from sim.engine import EngineConfig, SimError
+from sim.models import get_model
+from sim.replay import PolicyRun, ReplaySetup, replay
+from traces.io import TraceError, atomic_write
+from traces.validate import load_valid_trace
+
+DEFAULT_CLUSTER = "h100x512"
+
+
+def parse_steps(text: str | None, available: list[int]) -> list[int]:
+    """`A:B` (inclusive A, exclusive B, either side optional) or `N` over the trace's steps."""
+    if not text:
+        return available
+    try:
+        if ":" in text:
+            a, b = text.split(":", 1)
+            lo = int(a) if a else min(available)
+            hi = int(b) if b else max(available) + 1
+            chosen = [s for s in available if lo <= s < hi]
+        else:
+            chosen = [s for s in available if s == int(text)]
+    except ValueError:
+        raise click.BadParameter(f"'{text}' is not N or A:B", param_hint="--steps") from None
+    if not chosen:
+        raise click.BadParameter(
+            f"'{text}' selects no step; trace has steps {available[0]}..{available[-1]}", param_hint="--steps"
+        )
+    return chosen
+
+
+def build_setup(
+    trace_path: Path,
+    cluster: str,
+    profile: Path | None,
+    model: str | None,
+    steps: str | None,
+    seed: int,
+    per_iteration: bool,
+    max_num_seqs: int,
+) -> ReplaySetup:
+    try:
+        trace = load_valid_trace(trace_path)
+    except TraceError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        spec = parse_cluster(cluster)
+        model_spec = get_model(model or trace.meta.model)
+        cost = load_cost_model(model_spec, spec, profile)
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(str(exc).splitlines()[0]) from None
+    return ReplaySetup(
+        trace=trace,
+        cluster=spec,
+        model=model_spec,
+        cost=cost,
+        steps=parse_steps(steps, trace.steps),
+        seed=seed,
+        engine=EngineConfig(max_num_seqs=max_num_seqs, per_iteration=per_iteration),
+        cost_source=str(profile) if profile else "roofline",
+    )
+
+
+def run_document(setup: ReplaySetup, runs: dict[str, PolicyRun], trace_path: Path) -> dict:
+    """The --json document (keys fixed by the CLI contract) plus provenance."""
+    meta = setup.trace.meta
+    return {
+        "trace": str(trace_path),
+        "cluster": setup.cluster.label,
+        "seed": setup.seed,
+        "policies": {name: run.summary() for name, run in runs.items()},
+        "provenance": {
+            "simctl_version": version("simctl"),
+            "command": shlex.join(["simctl", *sys.argv[1:]]),
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "mode": "per-iteration" if setup.engine.per_iteration else "fast-forward",
+            "source": "sim",
+            "model": setup.model.name,
+            "cost_model": setup.cost_source,
+            "cluster": setup.cluster.to_dict(),
+            "engine": {"max_num_seqs": setup.engine.max_num_seqs, "kv_watermark": setup.engine.kv_watermark},
+            "trace_meta": json.loads(meta.to_json()),
+            "steps": setup.steps,
+        },
+    }
+
+
+def write_json(path: Path, doc: dict) -> None:
+    text = json.dumps(doc, indent=1, allow_nan=False, default=float)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def write_run_dir(out: Path, doc: dict, runs: dict[str, PolicyRun]) -> None:
+    """run.json + requests/timeline/roles Parquet: what `simctl report` reads."""
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {
+        "requests.parquet": [f for r in runs.values() for f in r.requests],
+        "timeline.parquet": [f for r in runs.values() for f in r.timeline],
+        "roles.parquet": [f for r in runs.values() for f in r.roles],
+    }
+    for name, frames in tables.items():
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        atomic_write(out / name, lambda tmp, df=df: df.to_parquet(tmp, index=False))
+    write_json(out / "run.json", doc)
+
+
+def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="rollout replay (means over steps)")
+    for col in (
+        "policy",
+        "makespan s",
+        "step s",
+        "speedup",
+        "tail s",
+        "GPU idle",
+        "accept len",
+        "sim wall s",
+    ):
+        table.add_column(col, justify="right")
+    base = runs[baseline].summary()["mean_rollout_makespan_s"] if baseline in runs else None
+    for name, run in runs.items():
+        s = run.summary()
+        steps = run.steps
+        mk = s["mean_rollout_makespan_s"]
+        acc = [x.mean_accept_len for x in steps if x.mean_accept_len is not None]
+        table.add_row(
+            name,
+            f"{mk:.1f}",
+            f"{s['mean_step_time_s']:.1f}",
+            f"{base / mk:.2f}x" if base and mk else "-",
+            f"{sum(x.tail_time_s for x in steps) / len(steps):.1f}",
+            f"{sum(x.gpu_idle_fraction for x in steps) / len(steps):.1%}",
+            f"{sum(acc) / len(acc):.2f}" if acc else "-",
+            f"{s['sim_wall_s']:.2f}",
+        )
+    Console().print(table)
+
+
+@click.command("replay")
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    default=("verl",),
+    show_default=True,
+    help="Policy name or name:key=value,...; repeat to compare. See `simctl policies`.",
+)
+@click.option(
+    "--cluster",
+    default=DEFAULT_CLUSTER,
+    show_default=True,
+    help="NAMExCOUNT[:tpN] (e.g. h100x512, h100x1024 for 'veRL 2x') or a .toml file.",
+)
+@click.option(
+    "--profile",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Measured cost profile from `simctl calibrate` (overrides the roofline).",
+)
+@click.option("--model", help="Override the trace's model (catalogue name).")
+@click.option("--steps", help="Steps to replay: N or A:B (B exclusive).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--per-iteration", is_flag=True, help="Reference mode: one event per decode iteration (slow).")
+@click.option(
+    "--max-num-seqs",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Engine batch limit per worker.",
+)
+@click.option("--baseline", default="verl", show_default=True, help="Policy the speedup column divides by.")
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write metrics JSON."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Run directory: run.json + per-request and per-worker timelines (Parquet).",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also render a comparison report of this run into DIR.",
+)
+def replay_cmd(
+    trace,
+    policies,
+    cluster,
+    profile,
+    model,
+    steps,
+    seed,
+    per_iteration,
+    max_num_seqs,
+    baseline,
+    json_path,
+    out,
+    report_dir,
+) -> None:
+    """Replay TRACE under each --policy on a simulated cluster and compare."""
+    for p in policies:
+        try:
+            make_policy(p)
+        except UnknownPolicyError as exc:
+            raise click.ClickException(str(exc)) from None
+    setup = build_setup(trace, cluster, profile, model, steps, seed, per_iteration, max_num_seqs)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=not sys.stderr.isatty(),
+    ) as bar:
+        task = bar.add_task("simulating", total=len(policies) * len(setup.steps))
+
+        def tick(name: str, step: int) -> None:
+            bar.update(task, advance=1, description=f"{name} step {step}")
+
+        try:
+            runs = replay(setup, policies, tick)
+        except SimError as exc:
+            raise click.ClickException(str(exc)) from None
+    print_table(runs, baseline)
+    doc = run_document(setup, runs, trace)
+    if json_path:
+        write_json(json_path, doc)
+        click.echo(f"wrote {json_path}")
+    if report_dir and not out:
+        out = report_dir / "run"
+    if out:
+        write_run_dir(out, doc, runs)
+        click.echo(f"wrote run directory {out}")
+    if report_dir:
+        from reports.build import build_report
+
+        index = build_report([out], report_dir, baseline=baseline)
+        click.echo(f"report: {index}")
+
+
+@click.command("policies")
+def policies_cmd() -> None:
+    """List policies runnable by name."""
+    for name, (_, text) in sorted(REGISTRY.items()):
+        click.echo(f"{name:28s} {text}")

@@ -1,0 +1,108 @@
+"""Per-step request state as parallel numpy arrays (structure of arrays).
+
+A 16K-request step touches these arrays on every decision point, so they are columns the
+worker processes slice with index arrays, never Python objects per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from policies.contract import SPEC_OFF, SpecConfig
+from traces.schema import accept_column
+
+# Request states (int8 codes; names match RequestView.state).
+UNASSIGNED, WAITING, RUNNING, FINISHED, DEFERRED = range(5)
+STATE_NAMES = ("unassigned", "waiting", "running", "finished", "deferred")
+
+
+@dataclass
+class StepState:
+    """Everything the simulator tracks about one step's requests."""
+
+    step: int
+    epoch: int
+    prompt_id: np.ndarray
+    sample: np.ndarray
+    prompt_len: np.ndarray
+    target_len: np.ndarray  # response_len from the trace: what the request will generate
+    max_tokens: np.ndarray
+    accept: dict[str, np.ndarray]  # method -> per-request acceptance probability
+    methods: list[str] = field(init=False)  # column order of accept_mat
+    accept_mat: np.ndarray = field(init=False)  # (n, methods) acceptance probabilities
+    req_method: np.ndarray = field(init=False)  # per-request override: index into methods, -1 none
+    req_gamma: np.ndarray = field(init=False)  # per-request override draft length, 0 = none
+    generated: np.ndarray = field(init=False)
+    worker: np.ndarray = field(init=False)
+    state: np.ndarray = field(init=False)
+    dispatch_end: np.ndarray = field(init=False)  # `generated` value at which this dispatch ends
+    priority: np.ndarray = field(init=False)
+    kv_resident: np.ndarray = field(init=False)  # context tokens whose KV is still valid somewhere
+    finish_s: np.ndarray = field(init=False)
+    drafted: np.ndarray = field(init=False)
+    accepted: np.ndarray = field(init=False)
+    spec_iters: np.ndarray = field(init=False)
+    spec_tokens: np.ndarray = field(init=False)
+    preemptions: np.ndarray = field(init=False)
+    dispatches: np.ndarray = field(init=False)
+    spec: list[SpecConfig] = field(init=False)  # per-request override; SPEC_OFF = use worker's
+
+    def __post_init__(self) -> None:
+        n = len(self.prompt_id)
+        self.generated = np.zeros(n, np.int64)
+        self.worker = np.full(n, -1, np.int32)
+        self.state = np.zeros(n, np.int8)
+        self.dispatch_end = self.target_len.astype(np.int64).copy()
+        self.priority = np.zeros(n, np.float64)
+        self.kv_resident = np.zeros(n, np.int64)
+        self.finish_s = np.full(n, np.nan)
+        self.drafted = np.zeros(n, np.int64)
+        self.accepted = np.zeros(n, np.int64)
+        self.spec_iters = np.zeros(n, np.int64)
+        self.spec_tokens = np.zeros(n, np.int64)
+        self.preemptions = np.zeros(n, np.int32)
+        self.dispatches = np.zeros(n, np.int32)
+        self.spec = [SPEC_OFF] * n
+        self.methods = list(self.accept)
+        self.accept_mat = (
+            np.column_stack([self.accept[m] for m in self.methods]) if self.methods else np.zeros((n, 0))
+        )
+        self.req_method = np.full(n, -1, np.int16)
+        self.req_gamma = np.zeros(n, np.int16)
+
+    def method_index(self, method: str) -> int:
+        """Column of `method` in accept_mat; KeyError when the trace lacks it."""
+        return self.methods.index(method) if method in self.methods else self._missing(method)
+
+    def _missing(self, method: str) -> int:
+        raise KeyError(method)
+
+    @property
+    def n(self) -> int:
+        return len(self.prompt_id)
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame, step: int) -> StepState:
+        """Build from one step's trace rows (any order; kept in the order given)."""
+        accept = {
+            c[len("accept_") :]: df[c].to_numpy(np.float64)
+            for c in df.columns
+            if c.startswith("accept_") and c == accept_column(c[len("accept_") :])
+        }
+        epoch = int(df["epoch"].iat[0]) if "epoch" in df.columns and len(df) else 0
+        return cls(
+            step=step,
+            epoch=epoch,
+            prompt_id=df["prompt_id"].to_numpy(np.int64),
+            sample=df["sample"].to_numpy(np.int32),
+            prompt_len=df["prompt_len"].to_numpy(np.int64),
+            target_len=df["response_len"].to_numpy(np.int64),
+            max_tokens=df["max_tokens"].to_numpy(np.int64),
+            accept=accept,
+        )
+
+    def context(self, ids: np.ndarray) -> np.ndarray:
+        return self.prompt_len[ids] + self.generated[ids]

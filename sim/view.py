@@ -1,0 +1,115 @@
+"""The simulator's implementation of the policies' read-only ClusterView."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from policies.contract import (
+    Capability,
+    ModelInfo,
+    PromptHistory,
+    RequestView,
+    WorkerView,
+)
+from sim.state import FINISHED, STATE_NAMES
+
+if TYPE_CHECKING:
+    from sim.engine import StepSimulation
+
+
+class SimView:
+    def __init__(
+        self,
+        sim: StepSimulation,
+        info: ModelInfo | None = None,
+        history: Mapping[int, PromptHistory] | None = None,
+        capabilities: frozenset[Capability] | None = None,
+    ) -> None:
+        from sim.engine import SIM_CAPABILITIES
+
+        self._sim = sim
+        self._info = info or ModelInfo(model="unknown", gpu="unknown", tp=1, group_size=1, temperature=1.0)
+        self._history = history or {}
+        self._caps = capabilities if capabilities is not None else SIM_CAPABILITIES
+        self._ids = range(sim.state.n)
+
+    @property
+    def now_s(self) -> float:
+        return float(self._sim.env.now)
+
+    @property
+    def step(self) -> int:
+        return self._sim.state.step
+
+    @property
+    def epoch(self) -> int:
+        return self._sim.state.epoch
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return self._caps
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._info
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._sim.workers)
+
+    def worker(self, worker: int) -> WorkerView:
+        w = self._sim.workers[worker]
+        return WorkerView(
+            id=w.id,
+            gpus=w.gpus,
+            node=w.node,
+            role=w.role,
+            running=len(w.running),
+            waiting=w.waiting_count,
+            kv_used_tokens=w.kv_used(),
+            kv_capacity_tokens=w.kv_capacity,
+            spec=w.spec,
+        )
+
+    def request(self, request: int) -> RequestView:
+        st = self._sim.state
+        w = int(st.worker[request])
+        return RequestView(
+            id=request,
+            prompt_id=int(st.prompt_id[request]),
+            sample=int(st.sample[request]),
+            prompt_len=int(st.prompt_len[request]),
+            max_tokens=int(st.max_tokens[request]),
+            generated=int(st.generated[request]),
+            worker=w if w >= 0 else None,
+            state=STATE_NAMES[st.state[request]],  # type: ignore[arg-type]
+            spec=st.spec[request],
+            drafted_tokens=int(st.drafted[request]),
+            accepted_tokens=int(st.accepted[request]),
+        )
+
+    def step_requests(self) -> Sequence[int]:
+        return self._ids
+
+    def unfinished_count(self) -> int:
+        return self._sim.unfinished
+
+    def history(self, prompt_id: int) -> PromptHistory:
+        return self._history.get(prompt_id, PromptHistory())
+
+    def cost(self, num_seqs: float, new_tokens: float, context_tokens: float) -> float:
+        return float(self._sim.cost.iteration_time(num_seqs, new_tokens, context_tokens))
+
+    def draft_cost(self, method: str, num_seqs: float, context_tokens: float, gamma: int) -> float:
+        drafter = self._sim.drafter_for(method)
+        return float(self._sim.cost.draft_time(drafter, num_seqs, context_tokens, gamma))
+
+    def oracle_length(self, request: int) -> int:
+        return int(self._sim.state.target_len[request])
+
+    def finished_mask(self) -> np.ndarray:
+        """Simulator-only convenience for tests: which requests are done."""
+        return self._sim.state.state == FINISHED

@@ -1,0 +1,289 @@
+"""One rollout worker (a TP group of GPUs running a continuous-batching engine) as a SimPy process.
+
+Between decision points the batch is fixed, so the worker plans a block of decode
+iterations in one vectorised computation (`plan`), sleeps for their total time, and applies
+the progress (`apply`). A decision point is the first request to finish or end its chunk,
+a policy tick, the KV cache filling up, or an action aimed at this worker (an interrupt,
+honoured at the next iteration boundary, as a real engine would). `per_iteration=True`
+plans one iteration at a time: the reference the fast path is validated against.
+
+The batching engine mirrors vLLM's scheduler in the parts that shape a rollout tail:
+admission by priority then arrival up to `max_num_seqs` and KV capacity (head-of-line
+blocking), newly admitted prompts prefilled in the next iteration, and preemption by
+recompute of the most recently admitted request when the KV cache overflows.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+
+from policies.contract import SPEC_OFF, Role, SpecConfig, Tick, WorkerIdle
+from sim.acceptance import expected_tokens, sample_tokens
+from sim.state import RUNNING, WAITING
+
+if TYPE_CHECKING:
+    from sim.engine import StepSimulation
+
+# A fast-forward block never plans more iterations than this (bounds memory of the
+# sampled acceptance matrix; the loop simply plans again).
+MAX_BLOCK_ITERATIONS = 4096
+
+
+@dataclass
+class Plan:
+    ids: np.ndarray  # running requests, admission order
+    cum_s: np.ndarray  # cumulative time at the end of each planned iteration
+    remaining: np.ndarray  # tokens until each request's dispatch ends
+    tokens: np.ndarray | None  # per-request per-iteration tokens (None: plain decode)
+    spec_rows: np.ndarray | None  # bool mask of rows decoded speculatively
+    gamma: np.ndarray | None
+    kv_tokens: int
+    spec_gamma_mean: float
+
+    @property
+    def iterations(self) -> int:
+        return len(self.cum_s)
+
+
+class Worker:
+    def __init__(self, sim: StepSimulation, wid: int, node: int, gpus: int, kv_capacity: int) -> None:
+        self.sim = sim
+        self.id = wid
+        self.node = node
+        self.gpus = gpus
+        self.kv_capacity = kv_capacity
+        self.rng = np.random.default_rng([sim.seed, sim.state.step, wid])
+        self.running = np.empty(0, np.int64)
+        self._waiting: list[tuple[float, int, int]] = []  # (-priority, seq, request)
+        self._seq = 0
+        self.waiting_count = 0
+        self.role = Role.ROLLOUT
+        self.spec: SpecConfig = SPEC_OFF
+        self._method_idx = -1
+        self.prefill_tokens = 0
+        self.iteration = 0
+        self._since_tick = 0
+        self._idle_reported = False
+        self._wake: simpy.Event | None = None
+        self._advancing = False
+        self._applying = False
+        self.proc = sim.env.process(self.run())
+
+    # ---------------------------------------------------------------- queue management
+    def enqueue(self, rid: int) -> None:
+        st = self.sim.state
+        st.state[rid] = WAITING
+        heapq.heappush(self._waiting, (-float(st.priority[rid]), self._seq, rid))
+        self._seq += 1
+        self.waiting_count += 1
+        self._idle_reported = False
+        self.poke()
+
+    def kv_used(self) -> int:
+        return int(self.sim.state.context(self.running).sum()) if len(self.running) else 0
+
+    def poke(self) -> None:
+        """Make the worker re-plan at its next iteration boundary (after an action)."""
+        if self._applying:
+            return  # its own loop re-plans right after the current apply
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        elif self._advancing:
+            self._advancing = False
+            self.proc.interrupt()
+
+    def _admit(self) -> None:
+        st, cfg = self.sim.state, self.sim.config
+        limit = int(self.kv_capacity * (1.0 - cfg.kv_watermark))
+        used = self.kv_used()
+        added = []
+        while self._waiting and len(self.running) + len(added) < cfg.max_num_seqs:
+            _, _, rid = self._waiting[0]
+            if st.state[rid] != WAITING or st.worker[rid] != self.id:
+                heapq.heappop(self._waiting)  # stale entry (migrated/deferred)
+                continue
+            need = int(st.prompt_len[rid] + st.generated[rid])
+            if used + need > limit and (len(self.running) or added):
+                break  # head-of-line blocking, as vLLM's FCFS/priority queue
+            heapq.heappop(self._waiting)
+            self.waiting_count -= 1
+            self.prefill_tokens += need - int(min(st.kv_resident[rid], need))
+            st.kv_resident[rid] = need
+            st.state[rid] = RUNNING
+            used += need
+            added.append(rid)
+        if added:
+            self.running = np.concatenate([self.running, np.asarray(added, np.int64)])
+
+    def _preempt_for_room(self) -> None:
+        """Recompute-preempt the latest admitted requests until one iteration fits."""
+        st = self.sim.state
+        while len(self.running) > 1 and self.kv_used() + len(self.running) > self.kv_capacity:
+            rid = int(self.running[-1])
+            self.running = self.running[:-1]
+            st.kv_resident[rid] = 0
+            st.preemptions[rid] += 1
+            st.state[rid] = WAITING
+            heapq.heappush(self._waiting, (-float(st.priority[rid]), -1 - self._seq, rid))
+            self._seq += 1
+            self.waiting_count += 1
+            self.sim.counters["preemptions"] += 1
+
+    # -------------------------------------------------------------------- planning
+    def set_spec(self, spec: SpecConfig) -> None:
+        self.spec = spec
+        self._method_idx = self.sim.method_index(spec.method) if spec.enabled and spec.method else -1
+        self.poke()
+
+    def _spec_arrays(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-row acceptance, gamma and method index (-1 = plain decode); request
+        overrides win over the worker's setting."""
+        st = self.sim.state
+        method = st.req_method[ids].astype(np.int64)
+        gamma = st.req_gamma[ids].astype(np.int64)
+        inherit = gamma <= 0
+        if self._method_idx >= 0:
+            method[inherit] = self._method_idx
+            gamma[inherit] = self.spec.gamma
+        else:
+            method[inherit] = -1
+            gamma[inherit] = 0
+        alpha = (
+            np.where(method >= 0, st.accept_mat[ids, np.maximum(method, 0)], 0.0)
+            if st.methods
+            else (np.zeros(len(ids)))
+        )
+        return alpha, gamma, method
+
+    def plan(self) -> Plan:
+        st, cost, cfg = self.sim.state, self.sim.cost, self.sim.config
+        ids = self.running
+        b = len(ids)
+        remaining = st.dispatch_end[ids] - st.generated[ids]
+        ctx0 = int(st.context(ids).sum())
+        cap = 1 if cfg.per_iteration else MAX_BLOCK_ITERATIONS
+        tick = self.sim.policy.tick_iterations
+        if tick:
+            cap = min(cap, tick - self._since_tick)
+        prefill = float(cost.prefill_time(self.prefill_tokens)) if self.prefill_tokens else 0.0
+        spec_on = self._method_idx >= 0 or bool(st.req_gamma[ids].any())
+        alpha, gamma, methods = self._spec_arrays(ids) if spec_on else (None, None, None)
+        if gamma is None or not gamma.any():
+            room = (self.kv_capacity - ctx0) // b
+            k = int(max(1, min(int(remaining.min()), cap, room)))
+            ctx = ctx0 + b * np.arange(k, dtype=np.float64)
+            t = np.asarray(cost.iteration_time(b, b, ctx), dtype=np.float64)
+            t[0] += prefill
+            return Plan(ids, np.cumsum(t), remaining, None, None, None, ctx0, 0.0)
+        assert alpha is not None and methods is not None
+        rows = gamma > 0
+        exp = expected_tokens(alpha, gamma)
+        k = int(np.ceil((remaining / exp).min() * 1.1)) + 4
+        k = max(1, min(k, int(remaining.min()), cap))
+        x = np.ones((b, k), np.int16)
+        x[rows] = sample_tokens(self.rng, alpha[rows], gamma[rows], k)
+        cum = np.cumsum(x, axis=1, dtype=np.int32)
+        hit = (cum >= remaining[:, None]).any(axis=0)
+        if hit.any():
+            k = int(np.argmax(hit)) + 1
+        per_iter = np.minimum(x[:, :k], np.maximum(remaining[:, None] - (cum[:, :k] - x[:, :k]), 0)).sum(0)
+        ctx = ctx0 + np.concatenate([[0], np.cumsum(per_iter)[:-1]]).astype(np.float64)
+        over = ctx + per_iter > self.kv_capacity
+        if over.any():
+            k = max(1, int(np.argmax(over)))
+            ctx = ctx[:k]
+        new_tokens = int((gamma + 1).sum())
+        t = np.asarray(cost.iteration_time(b, new_tokens, ctx), dtype=np.float64)
+        for midx in np.unique(methods[methods >= 0]):
+            sel = methods == midx
+            drafter = self.sim.drafter_for(st.methods[midx])
+            share = ctx * (sel.sum() / b)
+            t = t + np.asarray(
+                cost.draft_time(drafter, int(sel.sum()), share, int(gamma[sel].max())), np.float64
+            )
+        t[0] += prefill
+        return Plan(ids, np.cumsum(t), remaining, x[:, :k], rows, gamma, ctx0, float(gamma[rows].mean()))
+
+    # --------------------------------------------------------------------- applying
+    def apply(self, plan: Plan, done: int) -> None:
+        st, sim = self.sim.state, self.sim
+        ids = plan.ids
+        self.prefill_tokens = 0
+        if plan.tokens is None:
+            gained = np.minimum(done, plan.remaining)
+        else:
+            cum = np.cumsum(plan.tokens[:, :done], axis=1, dtype=np.int64)
+            gained = np.minimum(cum[:, -1], plan.remaining)
+            rows = plan.spec_rows
+            assert rows is not None and plan.gamma is not None
+            reached = cum >= plan.remaining[:, None]
+            iters = np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1, done)
+            sid = ids[rows]
+            st.spec_iters[sid] += iters[rows]
+            st.spec_tokens[sid] += gained[rows]
+            st.drafted[sid] += iters[rows] * plan.gamma[rows]
+            st.accepted[sid] += gained[rows] - iters[rows]
+        st.generated[ids] += gained
+        now = sim.env.now
+        sim.record_segment(self, now - float(plan.cum_s[done - 1]), now, done, plan)
+        self.iteration += done
+        fired_tick = False
+        if sim.policy.tick_iterations:
+            self._since_tick += done
+            if self._since_tick >= sim.policy.tick_iterations:
+                self._since_tick = 0
+                fired_tick = True
+        # A request migrated away mid-block finished its in-flight iteration here but no
+        # longer belongs to this worker.
+        mine = (st.worker[ids] == self.id) & (st.state[ids] == RUNNING)
+        ended = mine & (st.generated[ids] >= st.dispatch_end[ids])
+        self.running = ids[mine & ~ended]
+        for rid in ids[ended]:
+            sim.end_dispatch(int(rid), self, now)
+        if fired_tick:
+            sim.emit(Tick(time_s=now, worker=self.id, iteration=self.iteration))
+
+    # ------------------------------------------------------------------------- loop
+    def run(self):
+        sim = self.sim
+        while not sim.done:
+            self._admit()
+            if not len(self.running):
+                if not self._idle_reported and not self.waiting_count:
+                    self._idle_reported = True
+                    self._applying = True
+                    sim.emit(WorkerIdle(time_s=sim.env.now, worker=self.id))
+                    self._applying = False
+                    continue
+                self._wake = sim.env.event()
+                try:
+                    yield self._wake
+                except simpy.Interrupt:
+                    pass
+                self._wake = None
+                continue
+            self._preempt_for_room()
+            plan = self.plan()
+            start = sim.env.now
+            self._advancing = True
+            try:
+                yield sim.env.timeout(float(plan.cum_s[-1]))
+                done = plan.iterations
+            except simpy.Interrupt:
+                elapsed = sim.env.now - start
+                done = min(int(np.searchsorted(plan.cum_s, elapsed, side="left")) + 1, plan.iterations)
+                end = start + float(plan.cum_s[done - 1])
+                while sim.env.now < end:
+                    try:
+                        yield sim.env.timeout(end - sim.env.now)
+                    except simpy.Interrupt:
+                        pass
+            self._advancing = False
+            self._applying = True
+            self.apply(plan, done)
+            self._applying = False

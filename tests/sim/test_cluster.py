@@ -1,0 +1,117 @@
+"""Cluster specs: names, TOML files, and one-line errors naming the bad field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cluster import ClusterSpec, parse_cluster
+from sim.hardware import get_gpu
+
+
+@pytest.mark.parametrize(
+    ("spec", "nodes", "per_node", "gpu", "tp", "workers"),
+    [
+        ("h100x512", 64, 8, "H100-SXM-80GB", 4, 128),
+        ("h100x1024", 128, 8, "H100-SXM-80GB", 4, 256),
+        ("a100x8", 1, 8, "A100-SXM-80GB", 4, 2),
+        ("h200x256", 32, 8, "H200-SXM-141GB", 4, 64),
+        ("h100x512:tp8", 64, 8, "H100-SXM-80GB", 8, 64),
+        ("a100x8:tp1", 1, 8, "A100-SXM-80GB", 1, 8),
+        ("H100X16:TP2", 2, 8, "H100-SXM-80GB", 2, 8),
+        ("h100x4", 1, 4, "H100-SXM-80GB", 4, 1),
+        ("a100x2", 1, 2, "A100-SXM-80GB", 2, 1),
+        ("h100x1", 1, 1, "H100-SXM-80GB", 1, 1),
+    ],
+)
+def test_parse_names(spec: str, nodes: int, per_node: int, gpu: str, tp: int,
+                     workers: int) -> None:
+    c = parse_cluster(spec)
+    assert (c.nodes, c.gpus_per_node, c.gpu.name, c.tp) == (nodes, per_node, gpu, tp)
+    assert c.total_gpus == nodes * per_node and c.num_workers == workers
+    assert c.gpu_mem_util == 0.9
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("h100x7x", "expected NAMExCOUNT[:tpN] or a .toml file"),
+        ("h100", "expected NAMExCOUNT"),
+        ("h100x12", "GPU count 12 must be a multiple of 8"),
+        ("h100x0", "GPU count 0"),
+        ("b200x8", "unknown GPU 'b200'"),
+        ("h100x8:tp3", "tp3 does not divide gpus_per_node=8"),
+        ("h100x16:tp16", "tp16 does not divide"),
+    ],
+)
+def test_bad_names(spec: str, fragment: str) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_cluster(spec)
+    msg = str(err.value)
+    assert fragment in msg and repr(spec) in msg and "\n" not in msg
+
+
+def _write(tmp_path: Path, body: str, name: str = "x.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+def test_toml_with_overrides(tmp_path: Path) -> None:
+    path = _write(tmp_path, 'nodes = 4\ngpus_per_node = 8\ngpu = "H800"\ntp = 8\n'
+                            "gpu_mem_util = 0.85\nnvlink_gbps = 200\nrdma_gbps = 25.5\n")
+    c = parse_cluster(path)
+    assert (c.nodes, c.tp, c.num_workers, c.gpu_mem_util) == (4, 8, 4, 0.85)
+    assert c.gpu.nvlink_bw == pytest.approx(200e9) and c.gpu.rdma_bw == pytest.approx(25.5e9)
+    assert c.gpu.hbm_bw == get_gpu("h800").hbm_bw
+    assert parse_cluster(str(path)) == c
+
+
+def test_toml_defaults(tmp_path: Path) -> None:
+    c = parse_cluster(_write(tmp_path, 'nodes = 2\ngpus_per_node = 8\ngpu = "h100"\n'))
+    assert (c.tp, c.gpu_mem_util, c.num_workers) == (4, 0.9, 4)
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\ntp = 3\n',
+         "cluster file x.toml: field 'tp'=3 does not divide gpus_per_node=8"),
+        ('gpus_per_node = 8\ngpu = "h100"\n', "missing field 'nodes'"),
+        ('nodes = 0\ngpus_per_node = 8\ngpu = "h100"\n', "field 'nodes'=0"),
+        ('nodes = "2"\ngpus_per_node = 8\ngpu = "h100"\n', "field 'nodes'='2'"),
+        ('nodes = 1\ngpus_per_node = 8\ngpu = "tpu"\n', "field 'gpu'"),
+        ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\ngpu_mem_util = 1.5\n',
+         "field 'gpu_mem_util'=1.5"),
+        ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\nspeed = 3\n', "unknown field 'speed'"),
+        ("nodes = = 1\n", "cannot read"),
+    ],
+)
+def test_bad_toml(tmp_path: Path, body: str, fragment: str) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_cluster(_write(tmp_path, body))
+    msg = str(err.value)
+    assert fragment in msg and "x.toml" in msg and "\n" not in msg
+
+
+def test_missing_toml_file(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"cluster file absent\.toml: cannot read"):
+        parse_cluster(tmp_path / "absent.toml")
+
+
+def test_dataclass_validation() -> None:
+    with pytest.raises(ValueError, match="'tp'=3 does not divide gpus_per_node=8"):
+        ClusterSpec(1, 8, get_gpu("h100"), tp=3)
+    with pytest.raises(ValueError, match="'nodes'=0"):
+        ClusterSpec(0, 8, get_gpu("h100"))
+    with pytest.raises(ValueError, match="gpu_mem_util"):
+        ClusterSpec(1, 8, get_gpu("h100"), gpu_mem_util=0.0)
+
+
+def test_to_dict_is_json_provenance() -> None:
+    c = parse_cluster("h100x512")
+    d = json.loads(json.dumps(c.to_dict()))
+    assert d["total_gpus"] == 512 and d["num_workers"] == 128 and d["tp"] == 4
+    assert d["gpu"]["name"] == "H100-SXM-80GB" and d["source"] == "h100x512"
