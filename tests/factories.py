@@ -1,0 +1,108 @@
+"""Builders for small traces, cost models and replays (keyword defaults, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from sim.cluster import parse_cluster
+from sim.cost_model import RooflineCostModel
+from sim.engine import EngineConfig
+from sim.models import get_model
+from sim.replay import ReplaySetup, replay
+from traces.io import Trace
+from traces.schema import TraceMeta
+
+
+def make_frame(
+    lengths: np.ndarray | list[int],
+    group_size: int = 4,
+    step: int = 0,
+    prompt_len: int = 128,
+    max_tokens: int | None = None,
+    accept: dict[str, float | np.ndarray] | None = None,
+) -> pd.DataFrame:
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    assert n % group_size == 0, "lengths must fill whole groups"
+    mx = int(max_tokens or lengths.max())
+    df = pd.DataFrame(
+        {
+            "step": np.full(n, step, np.int32),
+            "prompt_id": np.repeat(np.arange(n // group_size), group_size).astype(np.int64),
+            "sample": np.tile(np.arange(group_size), n // group_size).astype(np.int32),
+            "prompt_len": np.full(n, prompt_len, np.int32),
+            "response_len": lengths.astype(np.int32),
+            "max_tokens": np.full(n, mx, np.int32),
+            "finish_reason": np.where(lengths >= mx, "length", "stop"),
+        }
+    )
+    for method, value in (accept or {}).items():
+        df[f"accept_{method}"] = np.broadcast_to(np.asarray(value, np.float32), (n,)).copy()
+    return df
+
+
+def make_trace(frames: list[pd.DataFrame] | pd.DataFrame, group_size: int = 4, model: str = "qwen2.5-7b") -> Trace:
+    df = pd.concat(frames, ignore_index=True) if isinstance(frames, list) else frames
+    return Trace(df=df, meta=TraceMeta(model=model, group_size=group_size, preset="test", seed=0))
+
+
+def random_lengths(seed: int, n: int, lo: int = 20, hi: int = 1500) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.clip(np.exp(rng.uniform(np.log(lo), np.log(hi), n)), lo, hi).astype(np.int64)
+
+
+@dataclass
+class LinearCost:
+    """Affine cost (SpecActor-style D(b)): easy to reason about in tests."""
+
+    kv_capacity_tokens: int = 10**9
+    base_s: float = 0.010
+    per_seq_s: float = 1e-5
+    per_new_token_s: float = 2e-5
+    per_ctx_token_s: float = 1e-8
+    draft_s: float = 1e-4
+    weight_bytes_per_gpu: float = 1e9
+
+    def iteration_time(self, num_seqs, new_tokens, context_tokens):
+        return np.asarray(
+            self.base_s
+            + self.per_seq_s * np.asarray(num_seqs, float)
+            + self.per_new_token_s * np.asarray(new_tokens, float)
+            + self.per_ctx_token_s * np.asarray(context_tokens, float),
+            dtype=np.float64,
+        )
+
+    def prefill_time(self, tokens):
+        return np.asarray(self.base_s + self.per_new_token_s * np.asarray(tokens, float))
+
+    def draft_time(self, drafter, num_seqs, context_tokens, gamma):
+        return np.asarray(self.draft_s * np.asarray(gamma, float) + 0.0 * np.asarray(context_tokens, float))
+
+
+def make_setup(
+    trace: Trace,
+    cluster: str = "h100x16",
+    cost=None,
+    seed: int = 0,
+    per_iteration: bool = False,
+    max_num_seqs: int = 256,
+) -> ReplaySetup:
+    spec = parse_cluster(cluster)
+    model = get_model(trace.meta.model)
+    return ReplaySetup(
+        trace=trace,
+        cluster=spec,
+        model=model,
+        cost=cost if cost is not None else RooflineCostModel(model, spec.gpu, spec.tp),
+        steps=trace.steps,
+        seed=seed,
+        engine=EngineConfig(max_num_seqs=max_num_seqs, per_iteration=per_iteration),
+    )
+
+
+def run_one(trace: Trace, policy: str = "verl", **kw):
+    setup = make_setup(trace, **kw)
+    return replay(setup, [policy])[policy]
