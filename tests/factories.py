@@ -44,7 +44,9 @@ def make_frame(
     return df
 
 
-def make_trace(frames: list[pd.DataFrame] | pd.DataFrame, group_size: int = 4, model: str = "qwen2.5-7b") -> Trace:
+def make_trace(
+    frames: list[pd.DataFrame] | pd.DataFrame, group_size: int = 4, model: str = "qwen2.5-7b"
+) -> Trace:
     df = pd.concat(frames, ignore_index=True) if isinstance(frames, list) else frames
     return Trace(df=df, meta=TraceMeta(model=model, group_size=group_size, preset="test", seed=0))
 
