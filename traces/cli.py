@@ -82,7 +82,7 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     except TraceError as exc:
         raise click.ClickException(str(exc)) from None
     m = tr.meta
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(
         f"[bold]{trace}[/]  preset={m.preset} seed={m.seed} model={m.model} hardware={m.hardware} "
         f"T={m.temperature} group_size={m.group_size} source={m.source} "

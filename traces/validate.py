@@ -48,9 +48,13 @@ def _type_ok(actual: pa.DataType, expected: pa.DataType) -> bool:
 def _rows(mask: np.ndarray, values: np.ndarray | pd.Series) -> str:
     idx = np.flatnonzero(mask)
     vals = np.asarray(values)
-    shown = ", ".join(f"row {i} = {vals[i]!r}" for i in idx[:MAX_ROWS_SHOWN])
+    shown = ", ".join(f"row {i} = {_plain(vals[i])!r}" for i in idx[:MAX_ROWS_SHOWN])
     more = f" (and {len(idx) - MAX_ROWS_SHOWN} more rows)" if len(idx) > MAX_ROWS_SHOWN else ""
     return shown + more
+
+
+def _plain(v: object) -> object:
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _more(n: int) -> str:
@@ -113,17 +117,17 @@ def _check_groups(df: pd.DataFrame, meta_group_size: int) -> Iterator[str]:
         )
         return
     sizes = df.groupby(["step", "prompt_id"], sort=False).size()
-    distinct = sizes.unique()
-    if len(distinct) > 1:
-        common = int(sizes.mode().iat[0])
-        odd = sizes[sizes != common]
+    expected = meta_group_size if meta_group_size and meta_group_size > 0 else int(sizes.mode().iat[0])
+    odd = sizes[sizes != expected]
+    if len(odd) == len(sizes) and sizes.nunique() == 1:
+        yield f"metadata group_size={expected} but every group has {int(sizes.iat[0])} responses"
+    elif len(odd):
         (step, pid), n = odd.index[0], int(odd.iat[0])
         yield (
             f"unequal group sizes: group (step {step}, prompt_id {pid}) has {n} responses, "
-            f"most groups have {common} ({len(odd)} groups differ)"
+            f"expected {expected} ({len(odd)} groups differ)"
         )
-    elif len(distinct) == 1 and meta_group_size and int(distinct[0]) != meta_group_size:
-        yield f"metadata group_size={meta_group_size} but groups have {int(distinct[0])} responses"
+    distinct = sizes.unique()
     over = df["sample"].to_numpy() >= sizes.max()
     if len(distinct) == 1 and over.any():
         yield f"column 'sample': index >= group size {int(sizes.max())}: {_rows(over, df['sample'])}"
