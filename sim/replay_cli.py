@@ -60,8 +60,12 @@ def build_setup(
     except TraceError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        spec = parse_cluster(cluster)
         model_spec = get_model(model or trace.meta.model)
+    except ValueError as exc:
+        hint = "" if model else f" (trace {trace_path} names model '{trace.meta.model}'; pass --model NAME)"
+        raise click.ClickException(str(exc).splitlines()[0] + hint) from None
+    try:
+        spec = parse_cluster(cluster)
         cost = load_cost_model(model_spec, spec, profile)
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
@@ -152,7 +156,7 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
             f"{sum(acc) / len(acc):.2f}" if acc else "-",
             f"{s['sim_wall_s']:.2f}",
         )
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 @click.command("replay")

@@ -92,8 +92,8 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     table = Table(show_lines=False)
     for col in summary.columns:
         table.add_column(col, justify="right")
-    for _, row in summary.iterrows():
-        table.add_row(*[_fmt(v) for v in row.tolist()])
+    for row in summary.to_dict("records"):
+        table.add_row(*[_fmt(v) for v in row.values()])
     console.print(table)
     if plot:
         plot_lengths(tr, plot)

@@ -191,3 +191,30 @@ def test_metadata_json_is_plain(tmp_path: Path) -> None:
     raw = pq.ParquetFile(path).schema_arrow.metadata[METADATA_KEY]
     d = json.loads(raw)
     assert d["preset"] == "p" and d["seed"] == 5 and d["schema_version"] == 1
+
+
+def test_schema_page_documents_every_column() -> None:
+    from traces.schema import KNOWN_METHODS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+
+    text = (Path(__file__).parents[2] / "traces" / "SCHEMA.md").read_text()
+    for col in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:
+        assert f"| `{col.name}` | {col.type} | {col.unit} |" in text, col.name
+    for method in KNOWN_METHODS:
+        assert f"| `{method}` |" in text
+
+
+SAMPLES = sorted((Path(__file__).parents[2] / "traces" / "samples").glob("*.parquet"))
+
+
+def test_bundled_samples_exist_and_are_small() -> None:
+    assert len(SAMPLES) >= 3
+    assert sum(p.stat().st_size for p in SAMPLES) < 8 * 2**20
+    assert any(read_trace(p).has_tokens() for p in SAMPLES)
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_bundled_samples_are_valid_and_say_how_they_were_made(path: Path) -> None:
+    assert validate_file(path) == []
+    meta = read_trace(path).meta
+    assert meta.preset and meta.seed is not None and meta.source == "generated"
+    assert meta.preset in path.name

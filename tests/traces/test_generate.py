@@ -1,0 +1,203 @@
+"""Structural guarantees of traces.generate: determinism, schema, invariants, tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traces.generate import MAX_TOKEN_IDS, VOCAB, generate_trace, write_generated
+from traces.io import read_trace
+from traces.presets import ACCEPT_BUCKET_TOKENS, PRESETS, get_preset
+from traces.schema import FINISH_REASONS, KNOWN_METHODS, accept_column, bucket_column, column_type
+from traces.validate import validate_file
+
+# A small slice of every preset: a few prompts per step, few steps.
+SMALL = {name: max(0.002, 4 / p.prompts_per_step) for name, p in PRESETS.items()}
+
+
+def small(name: str, seed: int = 0, steps: int = 3, tokens: bool = False):
+    return generate_trace(name, steps=steps, seed=seed, scale=SMALL[name], tokens=tokens)
+
+
+def check_invariants(name: str, df: pd.DataFrame, steps: int, scale: float) -> None:
+    p = get_preset(name)
+    for col in df.columns:
+        typ = column_type(col)
+        assert typ is not None, col
+        if col == "finish_reason":
+            assert set(df[col].astype(str)) <= set(FINISH_REASONS)
+        else:
+            assert df[col].dtype == np.dtype(typ.to_pandas_dtype()), col
+    assert {accept_column(m) for m in KNOWN_METHODS} <= set(df.columns)
+    length, mx = df["response_len"].to_numpy(), df["max_tokens"].to_numpy()
+    assert (length >= 1).all() and (length <= mx).all()
+    assert ((df["finish_reason"].astype(str) == "length").to_numpy() == (length == mx)).all()
+    key = df[["step", "prompt_id", "sample"]]
+    assert not key.duplicated().any()
+    assert key.equals(key.sort_values(["step", "prompt_id", "sample"]))
+    sizes = df.groupby(["step", "prompt_id"]).size()
+    assert (sizes == p.group_size).all()
+    n = max(1, round(p.prompts_per_step * scale))
+    assert (df.groupby("step")["prompt_id"].nunique() == n).all()
+    assert sorted(df["step"].unique()) == list(range(steps))
+    assert (df.groupby("step")["epoch"].nunique() == 1).all()
+    for m in KNOWN_METHODS:
+        a = df[accept_column(m)].to_numpy()
+        assert np.isfinite(a).all() and (a >= 0).all() and (a <= 1).all(), m
+    assert set(np.unique(df["reward"])) <= {0.0, 1.0}
+    assert (df.loc[df["finish_reason"] == "length", "reward"] == 0).all()
+
+
+@settings(max_examples=6, deadline=None)
+@given(name=st.sampled_from(sorted(PRESETS)), seed=st.integers(0, 2**32 - 1))
+def test_invariants_over_seeds(name: str, seed: int) -> None:
+    df, meta, _ = small(name, seed=seed)
+    check_invariants(name, df, 3, SMALL[name])
+    assert meta.seed == seed and meta.preset == name
+
+
+def test_same_seed_same_frame_and_bytes(tmp_path) -> None:
+    a, meta_a, lists_a = small("grpo-32b-20k", seed=7, tokens=True)
+    b, meta_b, lists_b = small("grpo-32b-20k", seed=7, tokens=True)
+    pd.testing.assert_frame_equal(a, b)
+    assert meta_a.to_json() == meta_b.to_json()
+    assert all(lists_a[k].equals(lists_b[k]) for k in lists_a)
+    p1 = write_generated(
+        tmp_path / "a.parquet", "grpo-32b-20k", 3, 7, scale=SMALL["grpo-32b-20k"], tokens=True
+    )
+    p2 = write_generated(
+        tmp_path / "b.parquet", "grpo-32b-20k", 3, 7, scale=SMALL["grpo-32b-20k"], tokens=True
+    )
+    assert p1.read_bytes() == p2.read_bytes()
+
+
+def test_different_seed_differs() -> None:
+    a, _, _ = small("dapo-32b-20k", seed=1)
+    b, _, _ = small("dapo-32b-20k", seed=2)
+    assert not np.array_equal(a["response_len"], b["response_len"])
+    assert not np.array_equal(a["accept_ngram"], b["accept_ngram"])
+
+
+def test_tokens_do_not_change_scalar_columns() -> None:
+    a, _, _ = small("rhymerl-math-14b-16k", seed=3)
+    b, _, _ = small("rhymerl-math-14b-16k", seed=3, tokens=True)
+    pd.testing.assert_frame_equal(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_written_file_validates_and_round_trips(tmp_path, name: str) -> None:
+    path = write_generated(tmp_path / f"{name}.parquet", name, 2, 0, scale=SMALL[name], tokens=True)
+    assert validate_file(path) == []
+    trace = read_trace(path)
+    df, meta, _ = small(name, steps=2)
+    pd.testing.assert_frame_equal(trace.df[df.columns], df, check_categorical=False)
+    assert trace.meta.to_json() == meta.to_json()
+    assert trace.has_tokens()
+
+
+def test_token_lists_match_lengths() -> None:
+    df, _, lists = small("seer-qwen2vl-72b-40k", tokens=True)
+    for col, length in (("response_tokens", "response_len"), ("prompt_tokens", "prompt_len")):
+        arr = lists[col]
+        assert arr.type == column_type(col)
+        assert np.array_equal(np.diff(arr.offsets.to_numpy()), df[length].to_numpy())
+        ids = arr.values.to_numpy()
+        assert ids.min() >= 0 and ids.max() < VOCAB
+    # The same prompt carries the same prompt tokens in every sample of its group.
+    off = lists["prompt_tokens"].offsets.to_numpy()
+    vals = lists["prompt_tokens"].values.to_numpy()
+    first = [i for i in range(len(df)) if df["sample"].iat[i] == 0][:3]
+    for i in first:
+        assert np.array_equal(vals[off[i] : off[i + 1]], vals[off[i + 1] : off[i + 2]])
+
+
+def test_buckets_only_for_small_traces() -> None:
+    _, meta, lists = generate_trace("efficientrollout-qwen7b-8k", steps=2, seed=0, scale=0.5)
+    assert lists == {} and meta.accept_bucket_tokens is None
+    _, meta, lists = generate_trace("efficientrollout-qwen7b-8k", steps=2, seed=0, scale=0.05)
+    assert meta.accept_bucket_tokens == ACCEPT_BUCKET_TOKENS
+    assert set(lists) == {bucket_column(m) for m in KNOWN_METHODS}
+
+
+def test_bucket_shape_and_consistency() -> None:
+    df, _, lists = small("tlt-qwen32b-32k", steps=4, tokens=True)
+    length = df["response_len"].to_numpy()
+    for m in KNOWN_METHODS:
+        arr = lists[bucket_column(m)]
+        assert arr.type == pa.list_(pa.float32())
+        nb = np.diff(arr.offsets.to_numpy())
+        assert np.array_equal(nb, -(-length // ACCEPT_BUCKET_TOKENS))
+        vals = arr.values.to_numpy().astype(np.float64)
+        assert ((vals >= 0) & (vals <= 1)).all()
+        # Token-weighted bucket mean reproduces the scalar column (clipping aside).
+        off = arr.offsets.to_numpy()
+        for i in range(0, len(df), 7):
+            w = np.minimum(ACCEPT_BUCKET_TOKENS, length[i] - ACCEPT_BUCKET_TOKENS * np.arange(nb[i]))
+            got = (vals[off[i] : off[i + 1]] * w).sum() / length[i]
+            assert got == pytest.approx(df[accept_column(m)].iat[i], abs=0.03)
+    eagle = lists[bucket_column("eagle")]
+    off, vals = eagle.offsets.to_numpy(), eagle.values.to_numpy()
+    longest = int(np.argmax(length))
+    row = vals[off[longest] : off[longest + 1]]
+    assert len(row) < 3 or row[0] > row[-1]  # EAGLE degrades with depth
+
+
+def test_scale_keeps_group_size_and_floors_at_one_prompt() -> None:
+    df, meta, _ = generate_trace("dapo-32b-20k", steps=2, seed=0, scale=1e-6)
+    assert df.groupby("step")["prompt_id"].nunique().tolist() == [1, 1]
+    assert len(df) == 2 * 16 and meta.group_size == 16 and meta.notes["scale"] == 1e-6
+
+
+def test_meta_provenance() -> None:
+    _, meta, _ = small("tlt-qwen32b-32k")
+    p = get_preset("tlt-qwen32b-32k")
+    assert (meta.preset, meta.seed, meta.source) == ("tlt-qwen32b-32k", 0, "generated")
+    assert (meta.model, meta.hardware, meta.temperature, meta.group_size) == ("qwen2.5-32b", "h100", 0.9, 8)
+    assert meta.timing.weight_sync_s == p.timing.step_timing().weight_sync_s
+    assert meta.timing.train_s == pytest.approx(p.timing.step_timing().train_s * SMALL[p.name], rel=1e-3)
+
+
+def test_epochs_repeat_prompts() -> None:
+    p = get_preset("rhymerl-math-14b-16k")
+    df, _, _ = generate_trace(p.name, steps=p.steps_per_epoch + 2, seed=0, scale=0.02)
+    e0 = set(df.loc[df["epoch"] == 0, "prompt_id"])
+    e1 = set(df.loc[df["epoch"] == 1, "prompt_id"])
+    assert e1 <= e0 and len(e1) > 0
+    assert (df.groupby("step")["epoch"].first().diff().fillna(0) >= 0).all()
+    # A prompt keeps its prompt length across epochs.
+    assert (df.groupby("prompt_id")["prompt_len"].nunique() == 1).all()
+    # History acceptance is a floor in epoch 0 and a real value afterwards.
+    h = df.groupby("epoch")["accept_history"].mean()
+    assert h[0] < 0.1 < 0.5 < h[1]
+
+
+def test_fresh_prompts_without_epochs() -> None:
+    df, _, _ = small("seer-kimi-k2-96k", steps=3)
+    assert (df["epoch"] == 0).all()
+    per_step = df.groupby("step")["prompt_id"].apply(frozenset)
+    assert len(frozenset().union(*per_step)) == sum(len(s) for s in per_step)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"preset": "nope", "steps": 1, "seed": 0}, "unknown preset 'nope'; known: dapo-32b-20k"),
+        ({"preset": "dapo-32b-20k", "steps": 0, "seed": 0}, "steps"),
+        ({"preset": "dapo-32b-20k", "steps": 1, "seed": -1}, "seed"),
+        ({"preset": "dapo-32b-20k", "steps": 1, "seed": 0, "scale": 0.0}, "scale"),
+        ({"preset": "dapo-32b-20k", "steps": 1, "seed": 0, "scale": 1.5}, "scale"),
+    ],
+)
+def test_bad_arguments(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        generate_trace(**kwargs)
+
+
+def test_token_size_guard() -> None:
+    with pytest.raises(ValueError, match=r"smaller --scale"):
+        generate_trace("seer-kimi-k2-96k", steps=2, seed=0, scale=1.0, tokens=True)
+    assert MAX_TOKEN_IDS == 50_000_000
