@@ -198,6 +198,7 @@ class RooflineCostModel:
                 f"does not fit in {gpu_mem_util:.0%} of {gpu.name} ({gpu.hbm_bytes / 1e9:.0f} GB)")
         self.kv_capacity_tokens = int(free // self._pass.kv_bytes)
         self._draft_models: dict[str, RooflineCostModel] = {}
+        self._affine_cache: dict[tuple[float, float], tuple[float, float, float, float, float]] = {}
 
     def _terms(self, p: _Pass, num_seqs: ArrayLike, new_tokens: ArrayLike,
                kv_read_tokens: ArrayLike, attn_context: ArrayLike,
@@ -230,8 +231,29 @@ class RooflineCostModel:
             p, num_seqs, new_tokens, kv_read_tokens, attn_context, weight_scale)
         return np.maximum(t_mem, t_compute) + t_comm + t_over
 
+    def _context_affine(self, b: float, n: float) -> tuple[float, float, float, float, float]:
+        """For fixed batch and query tokens, memory and compute time are affine in the
+        context: (mem0, mem1, comp0, comp1, rest) with t = max(mem0 + mem1*ctx,
+        comp0 + comp1*ctx) + rest. The engine calls with scalar b, n and thousands of
+        contexts, so this keeps the per-call work to a few array operations."""
+        key = (b, n)
+        hit = self._affine_cache.get(key)
+        if hit is not None:
+            return hit
+        terms0 = self._terms(self._pass, b, n, 0.0, 0.0)
+        terms1 = self._terms(self._pass, b, n, 1.0, 1.0 / max(b, 1.0))
+        mem0, comp0, comm, over = (float(x) for x in terms0)
+        out = (mem0, float(terms1[0]) - mem0, comp0, float(terms1[1]) - comp0, comm + over)
+        if len(self._affine_cache) < 65536:
+            self._affine_cache[key] = out
+        return out
+
     def iteration_time(self, num_seqs: ArrayLike, new_tokens: ArrayLike,
                        context_tokens: ArrayLike) -> np.ndarray:
+        if np.ndim(num_seqs) == 0 and np.ndim(new_tokens) == 0:
+            mem0, mem1, comp0, comp1, rest = self._context_affine(float(num_seqs), float(new_tokens))
+            ctx = np.asarray(context_tokens, dtype=np.float64)
+            return np.maximum(mem0 + mem1 * ctx, comp0 + comp1 * ctx) + rest
         ctx = np.asarray(context_tokens, dtype=np.float64)
         per_seq_ctx = ctx / np.maximum(np.asarray(num_seqs, dtype=np.float64), 1.0)
         return self._time(self._pass, num_seqs, new_tokens, ctx, per_seq_ctx)

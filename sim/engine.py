@@ -216,8 +216,8 @@ class StepSimulation:
         src = int(st.worker[a.request])
         if st.state[a.request] == RUNNING:
             old = self.workers[src]
-            keep = old.running != a.request
-            old.running = old.running[keep]
+            old.running = old.running[old.running != a.request]
+            old.disturbed = True
             old.poke()
         elif st.state[a.request] == WAITING:
             self.workers[src].waiting_count -= 1  # heap entry goes stale

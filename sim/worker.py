@@ -72,6 +72,7 @@ class Worker:
         self._wake: simpy.Event | None = None
         self._advancing = False
         self._applying = False
+        self.disturbed = False  # a request left mid-block (migration): re-check ownership
         self.proc = sim.env.process(self.run())
 
     # ---------------------------------------------------------------- queue management
@@ -229,6 +230,7 @@ class Worker:
             st.drafted[sid] += iters[rows] * plan.gamma[rows]
             st.accepted[sid] += gained[rows] - iters[rows]
         st.generated[ids] += gained
+        left = plan.remaining - gained
         now = sim.env.now
         sim.record_segment(self, now - float(plan.cum_s[done - 1]), now, done, plan)
         self.iteration += done
@@ -238,13 +240,18 @@ class Worker:
             if self._since_tick >= sim.policy.tick_iterations:
                 self._since_tick = 0
                 fired_tick = True
-        # A request migrated away mid-block finished its in-flight iteration here but no
-        # longer belongs to this worker.
-        mine = (st.worker[ids] == self.id) & (st.state[ids] == RUNNING)
-        ended = mine & (st.generated[ids] >= st.dispatch_end[ids])
-        self.running = ids[mine & ~ended]
-        for rid in ids[ended]:
-            sim.end_dispatch(int(rid), self, now)
+        ended = left <= 0
+        if self.disturbed:
+            # A request migrated away mid-block finished its in-flight iteration here but no
+            # longer belongs to this worker.
+            self.disturbed = False
+            mine = (st.worker[ids] == self.id) & (st.state[ids] == RUNNING)
+            ended &= mine
+            self.running = ids[mine & ~ended]
+        elif ended.any():
+            self.running = ids[~ended]
+        for rid in ids[ended].tolist():
+            sim.end_dispatch(rid, self, now)
         if fired_tick:
             sim.emit(Tick(time_s=now, worker=self.id, iteration=self.iteration))
 
