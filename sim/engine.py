@@ -29,6 +29,7 @@ from policies.contract import (
     SetSpec,
     StepStarted,
 )
+from sim.acceptance import sample_tokens
 from sim.cost_model import CostModel
 from sim.state import DEFERRED, FINISHED, RUNNING, UNASSIGNED, WAITING, StepState
 from sim.view import SimView
@@ -115,6 +116,20 @@ class StepSimulation:
             raise SimError(
                 f"trace has no acceptance column 'accept_{method}' needed by policy '{self.policy.name}'"
             ) from None
+
+    def spec_tokens(
+        self,
+        worker: Worker,
+        rids: np.ndarray,
+        methods: np.ndarray,
+        alpha: np.ndarray,
+        gamma: np.ndarray,
+        iterations: int,
+    ) -> np.ndarray:
+        """Tokens each speculating request emits in each of the next `iterations` verify
+        iterations (int16, rows = rids). The seam for exact replay over recorded token ids:
+        by default acceptance is sampled from the per-request probability `alpha`."""
+        return sample_tokens(worker.rng, alpha, gamma, iterations)
 
     def drafter_for(self, method: str) -> str:
         try:

@@ -23,7 +23,7 @@ import numpy as np
 import simpy
 
 from policies.contract import SPEC_OFF, Role, SpecConfig, Tick, WorkerIdle
-from sim.acceptance import expected_tokens, sample_tokens
+from sim.acceptance import expected_tokens
 from sim.state import RUNNING, WAITING
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ class Worker:
         k = int(np.ceil((remaining / exp).min() * 1.1)) + 4
         k = max(1, min(k, int(remaining.min()), cap))
         x = np.ones((b, k), np.int16)
-        x[rows] = sample_tokens(self.rng, alpha[rows], gamma[rows], k)
+        x[rows] = self.sim.spec_tokens(self, ids[rows], methods[rows], alpha[rows], gamma[rows], k)
         cum = np.cumsum(x, axis=1, dtype=np.int32)
         hit = (cum >= remaining[:, None]).any(axis=0)
         if hit.any():
