@@ -40,3 +40,21 @@ def sample_tokens(
         thresh = np.where(g >= j, a**j, -1.0).astype(np.float32)
         out += u < thresh[:, None]
     return out
+
+
+def stall_after_rejection(tokens: np.ndarray, window: np.ndarray) -> np.ndarray:
+    """Decoupled speculation (SpecActor §4.1): the drafter runs up to a window ahead, so a
+    fully accepted window is followed at once by the next; after a rejection the drafts in
+    flight are wasted and the request sits out one verification while the drafter redrafts.
+
+    `tokens` holds one verification outcome per column (1..w+1); returns the same outcomes
+    laid out in iterations with a 0-token iteration after every rejected window.
+    """
+    full = tokens == (window[:, None] + 1)
+    length = np.where(full, 1, 2)
+    start = np.cumsum(length, axis=1) - length
+    out = np.zeros_like(tokens)
+    keep = start < tokens.shape[1]
+    rows, _ = np.nonzero(keep)
+    out[rows, start[keep]] = tokens[keep]
+    return out

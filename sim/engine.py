@@ -8,7 +8,7 @@ next iteration boundary.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,21 +18,24 @@ import simpy
 from policies.contract import (
     Action,
     Assign,
+    Cancel,
     Capability,
     ChunkFinished,
     Defer,
     Event,
+    LaunchReplica,
     Migrate,
     Policy,
     RequestFinished,
     Role,
     SetRole,
     SetSpec,
+    SpecConfig,
     StepStarted,
 )
 from sim.acceptance import sample_tokens
 from sim.cost_model import CostModel
-from sim.state import DEFERRED, FINISHED, RUNNING, UNASSIGNED, WAITING, StepState
+from sim.state import CANCELLED, DEFERRED, FINISHED, RUNNING, UNASSIGNED, WAITING, StepState
 from sim.view import SimView
 from sim.worker import Plan, Worker
 
@@ -46,6 +49,8 @@ SIM_CAPABILITIES = frozenset(
         Capability.SPEC_PER_REQUEST,
         Capability.ROLES,
         Capability.DEFER,
+        Capability.DECOUPLED,
+        Capability.REPLICAS,
     }
 )
 
@@ -96,7 +101,9 @@ class StepSimulation:
         self.counters: Counter[str] = Counter()
         self.segments: list[tuple] = []  # (worker, t0, t1, iterations, batch, kv, gamma_mean)
         self.roles: list[tuple[int, float, str]] = []  # (worker, time, role)
-        self.unfinished = state.n
+        self.unfinished = state.n_requests
+        self.replicas: dict[int, list[int]] = {}  # request -> its Fastest-of-N replica rows
+        self.drafter_clients: defaultdict[int, set[int]] = defaultdict(set)  # drafter -> verifier workers
         self.makespan = 0.0
         longest = int((state.prompt_len + state.target_len).max()) if state.n else 0
         if longest > cost.kv_capacity_tokens:
@@ -147,13 +154,21 @@ class StepSimulation:
 
     def end_dispatch(self, rid: int, worker: Worker, now: float) -> None:
         st = self.state
+        req = int(st.origin[rid])
         if st.generated[rid] >= st.target_len[rid]:
             st.state[rid] = FINISHED
             st.finish_s[rid] = now
+            if req != rid or len(self.replicas.get(req, ())):
+                self._cancel_siblings(req, keep=rid)
+            if req != rid:  # a replica won: the request completes with it
+                st.state[req] = FINISHED
+                st.finish_s[req] = now
+                st.worker[req] = worker.id
+                self.counters["replica_wins"] += 1
             self.unfinished -= 1
             self.makespan = now
             self.emit(
-                RequestFinished(time_s=now, request=rid, worker=worker.id, length=int(st.target_len[rid]))
+                RequestFinished(time_s=now, request=req, worker=worker.id, length=int(st.target_len[req]))
             )
             if self.unfinished == 0:
                 self._finish()
@@ -164,6 +179,26 @@ class StepSimulation:
             self.emit(
                 ChunkFinished(time_s=now, request=rid, worker=worker.id, generated=int(st.generated[rid]))
             )
+
+    def _cancel_siblings(self, request: int, keep: int) -> None:
+        """Fastest-of-N: the first copy to finish wins; every other copy stops now."""
+        for row in [request, *self.replicas.pop(request, [])]:
+            if row != keep:
+                self._remove_row(row)
+
+    def _remove_row(self, row: int) -> None:
+        st = self.state
+        w = int(st.worker[row])
+        if st.state[row] == RUNNING and w >= 0:
+            wk = self.workers[w]
+            wk.running = wk.running[wk.running != row]
+            wk.disturbed = True
+            wk.poke()
+        elif st.state[row] == WAITING and w >= 0:
+            self.workers[w].waiting_count -= 1  # heap entry goes stale
+        if st.state[row] != FINISHED:
+            st.state[row] = CANCELLED
+            self.counters["cancelled"] += 1
 
     def _finish(self) -> None:
         if not self.done:
@@ -194,6 +229,9 @@ class StepSimulation:
                     self._set_request_spec(a)
                 if a.worker is not None:
                     self._check_worker(a.worker, a)
+                    if a.spec.enabled and a.spec.mode == "decoupled":
+                        self._check_drafter(a.spec)
+                        self.drafter_clients[a.spec.drafter_worker].add(a.worker)  # type: ignore[index]
                     self.workers[a.worker].set_spec(a.spec)
             elif isinstance(a, SetRole):
                 self._check_worker(a.worker, a)
@@ -208,22 +246,74 @@ class StepSimulation:
                     self._finish()
             elif isinstance(a, Migrate):
                 self._migrate(a)
+            elif isinstance(a, LaunchReplica):
+                self._launch_replica(a)
+            elif isinstance(a, Cancel):
+                self._cancel(a)
             else:
                 raise SimError(
                     f"policy '{self.policy.name}' used {type(a).__name__}, "
                     "which the simulator does not support yet"
                 )
 
-    def _set_request_spec(self, a: SetSpec) -> None:
+    def _launch_replica(self, a: LaunchReplica) -> None:
+        """A copy of the request from its current progress on another worker. Its KV is
+        rebuilt there by recompute (SpecActor §4.3 recovers KV by tail transfer plus
+        recompute; recompute is the conservative bound)."""
         st = self.state
+        self._check_worker(a.worker, a)
+        if a.request >= st.n_requests or st.state[a.request] in (FINISHED, DEFERRED, CANCELLED):
+            raise SimError(f"policy '{self.policy.name}': {a} for a request that is not in flight")
+        rows = [a.request, *self.replicas.get(a.request, [])]
+        if any(int(st.worker[r]) == a.worker and st.state[r] in (WAITING, RUNNING) for r in rows):
+            raise SimError(f"policy '{self.policy.name}': {a}: the request already runs on worker {a.worker}")
+        progress = max(rows, key=lambda r: int(st.generated[r]))
+        row = st.clone_row(progress)
+        st.state[row] = UNASSIGNED
+        st.worker[row] = a.worker
+        st.dispatch_end[row] = st.target_len[row]
+        st.priority[row] = max(float(st.priority[a.request]), 0.0) + 1.0
+        self.replicas.setdefault(a.request, []).append(row)
+        self.counters["replicas"] += 1
+        self._set_row_spec(row, a.spec)
+        self.workers[a.worker].enqueue(row)
+
+    def _cancel(self, a: Cancel) -> None:
+        st = self.state
+        for row in [a.request, *self.replicas.get(a.request, [])]:
+            if int(st.worker[row]) == a.worker and st.state[row] in (WAITING, RUNNING):
+                self._remove_row(row)
+                if row != a.request:
+                    self.replicas[a.request].remove(row)
+                return
+        raise SimError(f"policy '{self.policy.name}': {a}: no copy of the request runs on that worker")
+
+    def _set_request_spec(self, a: SetSpec) -> None:
         assert a.request is not None
-        st.spec[a.request] = a.spec
-        on = a.spec.enabled and a.spec.method is not None
-        st.req_method[a.request] = self.method_index(a.spec.method) if on else -1  # type: ignore[arg-type]
-        st.req_gamma[a.request] = a.spec.gamma if on else 0
-        w = st.worker[a.request]
+        self._set_row_spec(a.request, a.spec)
+        w = self.state.worker[a.request]
         if w >= 0:
             self.workers[w].poke()
+
+    def _set_row_spec(self, row: int, spec: SpecConfig) -> None:
+        st = self.state
+        st.spec[row] = spec
+        on = spec.enabled and spec.method is not None
+        st.req_method[row] = self.method_index(spec.method) if on else -1  # type: ignore[arg-type]
+        st.req_gamma[row] = spec.gamma if on else 0
+        st.req_window[row] = spec.window if on and spec.mode == "decoupled" else 0
+        if on and spec.mode == "decoupled":
+            self._check_drafter(spec)
+            self.drafter_clients[spec.drafter_worker].add(max(int(st.worker[row]), -1))  # type: ignore[index]
+
+    def _check_drafter(self, spec: SpecConfig) -> None:
+        if spec.drafter_worker is None or not 0 <= spec.drafter_worker < len(self.workers):
+            raise SimError(
+                f"policy '{self.policy.name}': decoupled speculation needs a drafter_worker "
+                f"in 0..{len(self.workers) - 1}, got {spec.drafter_worker}"
+            )
+        if spec.window < 1:
+            raise SimError(f"policy '{self.policy.name}': decoupled speculation needs window >= 1")
 
     def _migrate(self, a: Migrate) -> None:
         """Move a waiting request now; a running one leaves at its worker's next boundary."""
@@ -260,13 +350,13 @@ class StepSimulation:
     # ------------------------------------------------------------------------- run
     def run(self) -> float:
         st = self.state
-        if st.n == 0:
+        if st.n_requests == 0:
             return 0.0
         for w in self.workers:
             self.roles.append((w.id, 0.0, Role.ROLLOUT.value))
-        self.emit(StepStarted(time_s=0.0, step=st.step, epoch=st.epoch, requests=tuple(range(st.n))))
+        self.emit(StepStarted(time_s=0.0, step=st.step, epoch=st.epoch, requests=tuple(range(st.n_requests))))
         unplaced = int((st.state == UNASSIGNED).sum())
-        if unplaced == st.n:
+        if unplaced == st.n_requests:
             raise SimError(f"policy '{self.policy.name}' placed no request at step start")
         self.env.run(until=self.done_event)
         return self.makespan

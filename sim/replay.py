@@ -144,10 +144,11 @@ def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makes
         np.add.at(busy, seg[:, 0].astype(int), seg[:, 1])
     gpus = np.asarray([w.gpus for w in sim.workers], dtype=np.float64)
     lent = _lent_seconds(sim, makespan)
-    tokens = int(st.target_len[~np.isnan(st.finish_s)].sum())
+    n = st.n_requests
+    tokens = int(st.target_len[:n][~np.isnan(st.finish_s[:n])].sum())
     post = post_rollout_time(
         setup.trace.meta.timing_for(st.step),
-        tokens=int(st.target_len.sum() + st.prompt_len.sum()),
+        tokens=int(st.target_len[:n].sum() + st.prompt_len[:n].sum()),
         active_params=float(setup.model.active_param_count()),
         weight_bytes=float(setup.model.weight_bytes()),
         total_gpus=setup.cluster.total_gpus,
@@ -160,30 +161,42 @@ def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makes
         step_time_s=step_time(makespan, post, float((lent * gpus).sum()), setup.cluster.total_gpus),
         output_tokens=tokens,
         throughput_tok_s=tokens / makespan if makespan > 0 else 0.0,
-        tail_time_s=tail_time(st.finish_s, makespan),
+        tail_time_s=tail_time(st.finish_s[:n], makespan),
         gpu_idle_fraction=idle_fraction(busy, lent, gpus, makespan),
         mean_accept_len=accept_len(st.spec_tokens, st.spec_iters),
     )
 
 
 def _request_frame(sim: StepSimulation, policy: str) -> pd.DataFrame:
+    """One row per request; counters of its Fastest-of-N replicas are added to it."""
     st = sim.state
+    n = st.n_requests
+
+    def total(arr: np.ndarray) -> np.ndarray:
+        out = arr[:n].copy()
+        if len(arr) > n:
+            np.add.at(out, st.origin[n:], arr[n:])
+        return out
+
     return pd.DataFrame(
         {
             "policy": policy,
             "step": np.int32(st.step),
-            "request": np.arange(st.n, dtype=np.int32),
-            "prompt_id": st.prompt_id,
-            "sample": st.sample,
-            "worker": st.worker,
-            "prompt_len": st.prompt_len,
-            "response_len": st.target_len,
-            "finish_s": st.finish_s,
-            "preemptions": st.preemptions,
-            "dispatches": st.dispatches,
-            "drafted": st.drafted,
-            "accepted": st.accepted,
-            "spec_iters": st.spec_iters,
+            "request": np.arange(n, dtype=np.int32),
+            "prompt_id": st.prompt_id[:n],
+            "sample": st.sample[:n],
+            "worker": st.worker[:n],
+            "prompt_len": st.prompt_len[:n],
+            "response_len": st.target_len[:n],
+            "finish_s": st.finish_s[:n],
+            "preemptions": total(st.preemptions),
+            "dispatches": total(st.dispatches),
+            "drafted": total(st.drafted),
+            "accepted": total(st.accepted),
+            "spec_iters": total(st.spec_iters),
+            "replicas": np.bincount(st.origin[n:] if len(st.origin) > n else [], minlength=n)[:n].astype(
+                np.int32
+            ),
         }
     )
 

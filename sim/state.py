@@ -15,8 +15,8 @@ from policies.contract import SPEC_OFF, SpecConfig
 from traces.schema import accept_column
 
 # Request states (int8 codes; names match RequestView.state).
-UNASSIGNED, WAITING, RUNNING, FINISHED, DEFERRED = range(5)
-STATE_NAMES = ("unassigned", "waiting", "running", "finished", "deferred")
+UNASSIGNED, WAITING, RUNNING, FINISHED, DEFERRED, CANCELLED = range(6)
+STATE_NAMES = ("unassigned", "waiting", "running", "finished", "deferred", "cancelled")
 
 
 @dataclass
@@ -35,6 +35,9 @@ class StepState:
     accept_mat: np.ndarray = field(init=False)  # (n, methods) acceptance probabilities
     req_method: np.ndarray = field(init=False)  # per-request override: index into methods, -1 none
     req_gamma: np.ndarray = field(init=False)  # per-request override draft length, 0 = none
+    req_window: np.ndarray = field(init=False)  # decoupled draft window, 0 = coupled
+    origin: np.ndarray = field(init=False)  # the request a row serves (replica rows > n_requests)
+    n_requests: int = field(init=False)  # rows below this are the step's requests
     generated: np.ndarray = field(init=False)
     worker: np.ndarray = field(init=False)
     state: np.ndarray = field(init=False)
@@ -72,6 +75,60 @@ class StepState:
         )
         self.req_method = np.full(n, -1, np.int16)
         self.req_gamma = np.zeros(n, np.int16)
+        self.req_window = np.zeros(n, np.int16)
+        self.origin = np.arange(n, dtype=np.int64)
+        self.n_requests = n
+
+    _ROW_ARRAYS = (
+        "prompt_id",
+        "sample",
+        "prompt_len",
+        "target_len",
+        "max_tokens",
+        "generated",
+        "worker",
+        "state",
+        "dispatch_end",
+        "priority",
+        "kv_resident",
+        "finish_s",
+        "drafted",
+        "accepted",
+        "spec_iters",
+        "spec_tokens",
+        "preemptions",
+        "dispatches",
+        "accept_mat",
+        "req_method",
+        "req_gamma",
+        "req_window",
+        "origin",
+    )
+
+    def clone_row(self, rid: int) -> int:
+        """Append a Fastest-of-N replica of row `rid` (same progress, own counters); its id."""
+        new = len(self.prompt_id)
+        for name in self._ROW_ARRAYS:
+            arr = getattr(self, name)
+            setattr(self, name, np.concatenate([arr, arr[rid : rid + 1]]))
+        for name in (
+            "drafted",
+            "accepted",
+            "spec_iters",
+            "spec_tokens",
+            "preemptions",
+            "dispatches",
+            "kv_resident",
+        ):
+            getattr(self, name)[new] = 0
+        self.finish_s[new] = np.nan
+        self.worker[new] = -1
+        self.spec.append(self.spec[rid])
+        return new
+
+    def rows_of(self, request: int) -> np.ndarray:
+        """All rows serving `request` (itself and its replicas)."""
+        return np.flatnonzero(self.origin == request)
 
     def method_index(self, method: str) -> int:
         """Column of `method` in accept_mat; KeyError when the trace lacks it."""

@@ -34,7 +34,7 @@ class SimView:
         self._info = info or ModelInfo(model="unknown", gpu="unknown", tp=1, group_size=1, temperature=1.0)
         self._history = history or {}
         self._caps = capabilities if capabilities is not None else SIM_CAPABILITIES
-        self._ids = range(sim.state.n)
+        self._ids = range(sim.state.n_requests)
 
     @property
     def now_s(self) -> float:

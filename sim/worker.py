@@ -23,7 +23,7 @@ import numpy as np
 import simpy
 
 from policies.contract import SPEC_OFF, Role, SpecConfig, Tick, WorkerIdle
-from sim.acceptance import expected_tokens
+from sim.acceptance import expected_tokens, stall_after_rejection
 from sim.state import RUNNING, WAITING
 
 if TYPE_CHECKING:
@@ -141,25 +141,64 @@ class Worker:
         self._method_idx = self.sim.method_index(spec.method) if spec.enabled and spec.method else -1
         self.poke()
 
-    def _spec_arrays(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per-row acceptance, gamma and method index (-1 = plain decode); request
-        overrides win over the worker's setting."""
+    def _spec_arrays(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per-row acceptance, draft length, method index (-1 = plain decode) and decoupled
+        window (0 = coupled); request overrides win over the worker's setting."""
         st = self.sim.state
         method = st.req_method[ids].astype(np.int64)
         gamma = st.req_gamma[ids].astype(np.int64)
+        window = st.req_window[ids].astype(np.int64)
         inherit = gamma <= 0
         if self._method_idx >= 0:
             method[inherit] = self._method_idx
             gamma[inherit] = self.spec.gamma
+            window[inherit] = self.spec.window if self.spec.mode == "decoupled" else 0
         else:
             method[inherit] = -1
             gamma[inherit] = 0
+        # a decoupled request verifies its whole window each iteration
+        gamma = np.where(window > 0, window, gamma)
         alpha = (
             np.where(method >= 0, st.accept_mat[ids, np.maximum(method, 0)], 0.0)
             if st.methods
             else (np.zeros(len(ids)))
         )
-        return alpha, gamma, method
+        return alpha, gamma, method, window
+
+    def _draft_times(self, ids, methods, gamma, window, ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(coupled, decoupled) drafting seconds per iteration. Coupled drafting adds to the
+        verifier's iteration; decoupled drafting runs on the drafter worker's GPUs (one
+        drafter instance per GPU, shared by every verifier pointing at it) and overlaps it."""
+        st, cost, sim = self.sim.state, self.sim.cost, self.sim
+        b = len(ids)
+        coupled = np.zeros(len(ctx))
+        decoupled = np.zeros(len(ctx))
+        for midx in np.unique(methods[methods >= 0]):
+            drafter = sim.drafter_for(st.methods[midx])
+            for dec in (False, True):
+                sel = (methods == midx) & ((window > 0) == dec)
+                n = int(sel.sum())
+                if not n:
+                    continue
+                share = ctx * (n / b)
+                if dec:
+                    d = self._drafter_worker(ids[sel])
+                    per_gpu = max(1.0, n * max(1, len(sim.drafter_clients[d])) / sim.workers[d].gpus)
+                    decoupled = np.maximum(
+                        decoupled,
+                        cost.draft_time(drafter, per_gpu, share * per_gpu / n, int(gamma[sel].max())),
+                    )
+                else:
+                    coupled = coupled + cost.draft_time(drafter, n, share, int(gamma[sel].max()))
+        return coupled, decoupled
+
+    def _drafter_worker(self, rows: np.ndarray) -> int:
+        st = self.sim.state
+        for r in rows[:1].tolist():
+            if st.req_window[r] > 0 and st.spec[r].drafter_worker is not None:
+                return int(st.spec[r].drafter_worker)
+        assert self.spec.drafter_worker is not None
+        return int(self.spec.drafter_worker)
 
     def plan(self) -> Plan:
         st, cost, cfg = self.sim.state, self.sim.cost, self.sim.config
@@ -173,21 +212,24 @@ class Worker:
             cap = min(cap, tick - self._since_tick)
         prefill = float(cost.prefill_time(self.prefill_tokens)) if self.prefill_tokens else 0.0
         spec_on = self._method_idx >= 0 or bool(st.req_gamma[ids].any())
-        alpha, gamma, methods = self._spec_arrays(ids) if spec_on else (None, None, None)
-        if gamma is None or not gamma.any():
+        arrays = self._spec_arrays(ids) if spec_on else None
+        if arrays is None or not arrays[1].any():
             room = (self.kv_capacity - ctx0) // b
             k = int(max(1, min(int(remaining.min()), cap, room)))
             ctx = ctx0 + b * np.arange(k, dtype=np.float64)
             t = np.asarray(cost.iteration_time(b, b, ctx), dtype=np.float64)
             t[0] += prefill
             return Plan(ids, np.cumsum(t), remaining, None, None, None, ctx0, 0.0)
-        assert alpha is not None and methods is not None
+        alpha, gamma, methods, window = arrays
         rows = gamma > 0
         exp = expected_tokens(alpha, gamma)
         k = int(np.ceil((remaining / exp).min() * 1.1)) + 4
         k = max(1, min(k, int(remaining.min()), cap))
         x = np.ones((b, k), np.int16)
         x[rows] = self.sim.spec_tokens(self, ids[rows], methods[rows], alpha[rows], gamma[rows], k)
+        dec = window > 0
+        if dec.any():
+            x[dec] = stall_after_rejection(x[dec], window[dec])
         cum = np.cumsum(x, axis=1, dtype=np.int32)
         hit = (cum >= remaining[:, None]).any(axis=0)
         if hit.any():
@@ -199,14 +241,9 @@ class Worker:
             k = max(1, int(np.argmax(over)))
             ctx = ctx[:k]
         new_tokens = int((gamma + 1).sum())
-        t = np.asarray(cost.iteration_time(b, new_tokens, ctx), dtype=np.float64)
-        for midx in np.unique(methods[methods >= 0]):
-            sel = methods == midx
-            drafter = self.sim.drafter_for(st.methods[midx])
-            share = ctx * (sel.sum() / b)
-            t = t + np.asarray(
-                cost.draft_time(drafter, int(sel.sum()), share, int(gamma[sel].max())), np.float64
-            )
+        verify = np.asarray(cost.iteration_time(b, new_tokens, ctx), dtype=np.float64)
+        coupled, decoupled = self._draft_times(ids, methods, gamma, window, ctx)
+        t = np.maximum(verify, decoupled) + coupled
         t[0] += prefill
         return Plan(ids, np.cumsum(t), remaining, x[:, :k], rows, gamma, ctx0, float(gamma[rows].mean()))
 
@@ -223,7 +260,10 @@ class Worker:
             rows = plan.spec_rows
             assert rows is not None and plan.gamma is not None
             reached = cum >= plan.remaining[:, None]
-            iters = np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1, done)
+            span = np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1, done)
+            # verifications = iterations that emitted tokens (decoupled requests sit some out)
+            emitted = plan.tokens[:, :done] > 0
+            iters = (emitted & (np.arange(done)[None, :] < span[:, None])).sum(axis=1)
             sid = ids[rows]
             st.spec_iters[sid] += iters[rows]
             st.spec_tokens[sid] += gained[rows]

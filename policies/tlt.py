@@ -1,0 +1,387 @@
+"""TLT (papers/tlt-adaptive-drafter.md): elastic speculation for the long tail, BEG-MAB
+strategy selection, an EAGLE drafter retrained on idle workers (spot trainer), and an
+n-gram (model-free) fallback while no trained drafter exists.
+
+Three parts that compose with any placement part:
+
+- `SpotTrainer` (§4.2 Worker Coordinator): workers that ran dry become spot trainers once
+  more than `idle_threshold` are idle, until the step's rollout ends. It books the
+  GPU-seconds on a `DrafterLedger` shared with the speculation part. How good the drafter
+  *is* after that training is ground truth and lives on the simulator side
+  (sim/drafter_training.py); the policy only knows whether one has been trained.
+- `TltSpeculation` (§5.1-5.3): speculation off while a worker has `threshold` or more
+  requests left; below, the BEG-MAB picks (Draft_Depth, topK, Tokens_to_Verify) from the
+  runtime batch size at every Tick, rewarded with the tokens per second it achieved.
+- the ledger decides the drafter: EAGLE when trained (or `pretrained`), else n-gram.
+
+Choices where the paper leaves a detail open (constructor keywords):
+
+- ``scope="worker"``: "remaining requests" are the worker's (running + waiting). The
+  threshold sits in TLT's per-engine Adaptive SD Manager and Fig. 14 profiles one TP4
+  worker; ``scope="global"`` uses the step's unfinished count instead. Once on, SD stays on
+  for the step (the count only falls under static placement).
+- The reward's elapsed time is by default the *predicted* iteration time of the strategy
+  at the current batch (view.cost + view.draft_cost) times the iterations, so rewards of
+  two arms are compared at the same batch; ``reward_time="measured"`` divides by the
+  simulated seconds between ticks instead (Alg. 1 literally: a measured step latency).
+- Verification cost in the prediction uses Tokens_to_Verify when topK > 1 (tree), else
+  depth + 1 (chain); the drafter step processes batch * topK tokens.
+- An executor that models only chains (topK ignored) still gets SpecConfig(method,
+  gamma=depth, topk=topK): the simulator reads gamma as the draft depth.
+- The n-gram drafter (TLT uses Lookahead [72]) drafts a fixed 8 tokens: the draft length
+  at which the traces' n-gram acceptance is calibrated (Seer Table 2, max draft 8).
+- The drafter counts as trained once any spot-training GPU-second was booked
+  (``ready_gpu_s=0``); TLT's "initial training steps" use n-gram until then.
+- ``idle_threshold=1`` (promotion needs two idle workers, a data-parallel pair for FSDP2
+  training): the paper calls the threshold configurable but gives no value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from policies.beg_mab import DEFAULT_THRESHOLDS, BegMab, Strategy, default_strategies
+from policies.compose import Composed
+from policies.contract import (
+    SPEC_OFF,
+    Action,
+    Capability,
+    ClusterView,
+    Event,
+    Policy,
+    RequestFinished,
+    RequestId,
+    Role,
+    SetRole,
+    SetSpec,
+    SpecConfig,
+    StepFinished,
+    StepStarted,
+    Tick,
+    WorkerId,
+    WorkerIdle,
+)
+from policies.placement import StaticGroupPlacement
+
+# §5.1 / §6.3: "activates SD only when the remaining request count drops below a
+# configurable threshold (default: 32)".
+ELASTIC_THRESHOLD = 32
+NGRAM_GAMMA = 8
+
+
+def elastic_active(remaining: int, threshold: int = ELASTIC_THRESHOLD) -> bool:
+    """SD is worth it only in the tail: strictly fewer than `threshold` requests left."""
+    return 0 < remaining < threshold
+
+
+@dataclass
+class DrafterLedger:
+    """What the policy knows of its drafter: spot-training GPU-seconds booked so far."""
+
+    pretrained: bool = False
+    ready_gpu_s: float = 0.0
+    spot_gpu_s: float = 0.0
+    steps_with_training: int = 0
+
+    @property
+    def trained(self) -> bool:
+        return self.pretrained or self.spot_gpu_s > self.ready_gpu_s
+
+
+class SpotTrainer(Policy):
+    """§4.2: promote idle workers to drafter training while the rollout tail runs."""
+
+    name = "tlt-spot-trainer"
+    requires = frozenset({Capability.ROLES})
+
+    def __init__(self, ledger: DrafterLedger, idle_threshold: int = 1) -> None:
+        self.ledger = ledger
+        self.idle_threshold = int(idle_threshold)
+        self._idle: list[WorkerId] = []
+        self._training: dict[WorkerId, tuple[float, int]] = {}  # worker -> (start s, gpus)
+        self._booked = False
+        self._last_s = 0.0
+
+    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+        self._last_s = max(self._last_s, event.time_s)
+        if isinstance(event, StepStarted):
+            self._close(self._last_s)
+            self._idle, self._training, self._booked = [], {}, False
+            self._last_s = event.time_s
+            return []
+        if isinstance(event, StepFinished):
+            self._close(event.time_s)
+            return []
+        if isinstance(event, WorkerIdle) and view.unfinished_count() > 0:
+            if event.worker not in self._idle:
+                self._idle.append(event.worker)
+            if len(self._idle) <= self.idle_threshold:
+                return []
+            out: list[Action] = []
+            for w in self._idle:
+                if w not in self._training:
+                    self._training[w] = (event.time_s, view.worker(w).gpus)
+                    out.append(SetRole(worker=w, role=Role.SPOT_TRAINER))
+            return out
+        if isinstance(event, RequestFinished) and view.unfinished_count() == 0:
+            # The coordinator halts spot training the moment rollout completes.
+            self._close(event.time_s)
+        return []
+
+    def _close(self, end_s: float) -> None:
+        if not self._training:
+            return
+        self.ledger.spot_gpu_s += sum(max(0.0, end_s - t0) * g for t0, g in self._training.values())
+        if not self._booked:
+            self.ledger.steps_with_training += 1
+            self._booked = True
+        self._training = {}
+
+    def params(self) -> dict[str, object]:
+        return {"idle_threshold": self.idle_threshold}
+
+
+@dataclass
+class _Interval:
+    """Speculation counters of one worker since its last Tick."""
+
+    accepted: int = 0
+    iterations: float = 0.0
+    start_s: float = 0.0
+
+
+class TltSpeculation(Policy):
+    """§5: elastic activation + BEG-MAB over EAGLE strategies (or fixed n-gram)."""
+
+    name = "tlt-spec"
+    requires = frozenset({Capability.SPEC_PER_WORKER})
+
+    def __init__(
+        self,
+        ledger: DrafterLedger,
+        drafter: Literal["adaptive", "ngram"] = "adaptive",
+        threshold: int = ELASTIC_THRESHOLD,
+        scope: Literal["worker", "global"] = "worker",
+        method: str = "eagle",
+        ngram_gamma: int = NGRAM_GAMMA,
+        strategies: Sequence[Strategy] | None = None,
+        thresholds: Sequence[int] = DEFAULT_THRESHOLDS,
+        epsilon: float = 0.1,
+        window: int = 16,
+        seed: int = 0,
+        tick_iterations: int = 16,
+        reward_time: Literal["predicted", "measured"] = "predicted",
+    ) -> None:
+        if drafter not in ("adaptive", "ngram") or scope not in ("worker", "global"):
+            raise ValueError(f"drafter must be adaptive|ngram, scope worker|global; got {drafter}, {scope}")
+        if reward_time not in ("predicted", "measured"):
+            raise ValueError(f"reward_time must be predicted|measured, got {reward_time}")
+        self.ledger = ledger
+        self.drafter = drafter
+        self.threshold = int(threshold)
+        self.scope = scope
+        self.method = method
+        self.ngram_gamma = int(ngram_gamma)
+        self.reward_time = reward_time
+        self.tick_iterations = int(tick_iterations)
+        self.mab = BegMab(
+            strategies if strategies is not None else default_strategies(),
+            thresholds,
+            epsilon=float(epsilon),
+            window=int(window),
+            seed=int(seed),
+        )
+        self._use_eagle = False
+        self._active: dict[WorkerId, bool] = {}
+        self._strategy: dict[WorkerId, Strategy] = {}
+        self._interval: dict[WorkerId, _Interval] = {}
+        self._members: dict[WorkerId, set[RequestId]] | None = None
+        self._seen: dict[RequestId, tuple[int, int]] = {}
+        #: (step, worker, time_s, strategy or None for n-gram, batch) per activation/switch.
+        self.log: list[tuple[int, WorkerId, float, Strategy | None, int]] = []
+        self._step = -1
+
+    # ------------------------------------------------------------------------ events
+    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+        if isinstance(event, StepStarted):
+            return self._open_step(event, view)
+        if isinstance(event, RequestFinished):
+            self._fold(view, event.request, event.worker)
+            if self._members is not None:
+                self._members.get(event.worker, set()).discard(event.request)
+            return self._maybe_activate(event.worker, view, event.time_s)
+        if isinstance(event, Tick):
+            if self._active.get(event.worker):
+                return self._retune(event.worker, view, event.time_s)
+            return self._maybe_activate(event.worker, view, event.time_s)
+        return []
+
+    def _open_step(self, event: StepStarted, view: ClusterView) -> list[Action]:
+        self._step = event.step
+        self._use_eagle = self.drafter == "adaptive" and self.ledger.trained
+        self._active = dict.fromkeys(range(view.num_workers), False)
+        self._strategy, self._interval, self._seen = {}, {}, {}
+        self._members = None
+        out: list[Action] = [SetSpec(spec=SPEC_OFF, worker=w) for w in range(view.num_workers)]
+        if self.scope == "global" and elastic_active(len(event.requests), self.threshold):
+            for w in range(view.num_workers):
+                out += self._activate(w, view, event.time_s)
+        return out
+
+    # -------------------------------------------------------------------- activation
+    def remaining(self, worker: WorkerId, view: ClusterView) -> int:
+        if self.scope == "global":
+            return view.unfinished_count()
+        w = view.worker(worker)
+        return w.running + w.waiting
+
+    def _maybe_activate(self, worker: WorkerId, view: ClusterView, now: float) -> list[Action]:
+        if self._active.get(worker, True) or not elastic_active(self.remaining(worker, view), self.threshold):
+            return []
+        if self.scope == "global":
+            out: list[Action] = []
+            for w in range(view.num_workers):
+                if not self._active[w]:
+                    out += self._activate(w, view, now)
+            return out
+        return self._activate(worker, view, now)
+
+    def _activate(self, worker: WorkerId, view: ClusterView, now: float) -> list[Action]:
+        self._active[worker] = True
+        self._interval[worker] = _Interval(start_s=now)
+        if not self._use_eagle:
+            self.log.append((self._step, worker, now, None, view.worker(worker).running))
+            return [SetSpec(spec=SpecConfig(method="ngram", gamma=self.ngram_gamma), worker=worker)]
+        self._track_members(view)
+        return self._switch(worker, view, now)
+
+    def _track_members(self, view: ClusterView) -> None:
+        """Who runs where, read once per step at the first EAGLE activation (a scan of all
+        requests); finished requests leave at RequestFinished. Requests migrated *onto* a
+        worker later are not seen (no part of TLT migrates)."""
+        if self._members is not None:
+            return
+        self._members = {}
+        for rid in view.step_requests():
+            r = view.request(rid)
+            if r.worker is not None and r.state in ("waiting", "running"):
+                self._members.setdefault(r.worker, set()).add(rid)
+                self._seen[rid] = (r.accepted_tokens, r.drafted_tokens)
+
+    # ------------------------------------------------------------------------ bandit
+    def _fold(self, view: ClusterView, rid: RequestId, worker: WorkerId) -> None:
+        """Add the request's counters since it was last read to its worker's interval."""
+        if worker not in self._strategy:
+            return
+        r = view.request(rid)
+        acc0, dr0 = self._seen.get(rid, (0, 0))
+        self._seen[rid] = (r.accepted_tokens, r.drafted_tokens)
+        iv = self._interval[worker]
+        iv.accepted += r.accepted_tokens - acc0
+        iv.iterations += (r.drafted_tokens - dr0) / self._strategy[worker].depth
+
+    def _retune(self, worker: WorkerId, view: ClusterView, now: float) -> list[Action]:
+        if not self._use_eagle or worker not in self._strategy:
+            return []
+        assert self._members is not None
+        for rid in list(self._members.get(worker, ())):
+            self._fold(view, rid, worker)
+        iv = self._interval[worker]
+        w = view.worker(worker)
+        if iv.iterations > 0 and w.running > 0:
+            strategy = self._strategy[worker]
+            a_bar = 1.0 + iv.accepted / iv.iterations
+            if self.reward_time == "measured":
+                elapsed = max(now - iv.start_s, 1e-12)
+                reward = (iv.accepted + iv.iterations) / elapsed
+            else:
+                reward = a_bar * w.running / self.predicted_iteration_s(view, worker, strategy)
+            self.mab.record(strategy, reward, a_bar)
+        return self._switch(worker, view, now)
+
+    def _switch(self, worker: WorkerId, view: ClusterView, now: float) -> list[Action]:
+        batch = view.worker(worker).running
+        self._interval[worker] = _Interval(start_s=now)
+        if batch <= 0:
+            return []
+        choice = self.mab.select(batch)
+        if self._strategy.get(worker) == choice:
+            return []
+        self._strategy[worker] = choice
+        self.log.append((self._step, worker, now, choice, batch))
+        spec = SpecConfig(method=self.method, gamma=choice.depth, topk=choice.topk)
+        return [SetSpec(spec=spec, worker=worker)]
+
+    def predicted_iteration_s(self, view: ClusterView, worker: WorkerId, s: Strategy) -> float:
+        """Draft (depth steps over batch*topK tokens) + verification of the drafted tokens."""
+        w = view.worker(worker)
+        b, ctx = w.running, float(w.kv_used_tokens)
+        verify = s.verify if s.topk > 1 else s.depth + 1
+        return view.cost(b, b * verify, ctx) + view.draft_cost(self.method, b * s.topk, ctx, s.depth)
+
+    def params(self) -> dict[str, object]:
+        return {
+            "drafter": self.drafter,
+            "threshold": self.threshold,
+            "scope": self.scope,
+            "ngram_gamma": self.ngram_gamma,
+            "epsilon": self.mab.epsilon,
+            "window": self.mab.window,
+            "thresholds": list(self.mab.thresholds),
+            "strategies": [(s.depth, s.topk, s.verify) for s in self.mab.strategies],
+            "tick_iterations": self.tick_iterations,
+            "reward_time": self.reward_time,
+            "pretrained": self.ledger.pretrained,
+        }
+
+
+# --------------------------------------------------------------------------- registry
+
+_SPEC_KEYS = ("threshold", "scope", "ngram_gamma", "epsilon", "window", "seed", "tick_iterations",
+              "reward_time")
+
+
+def _spec_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(kwargs) - set(_SPEC_KEYS) - {"topk", "pretrained", "idle_threshold", "ready_gpu_s"}
+    if unknown:
+        raise TypeError(f"unexpected parameters {sorted(unknown)}")
+    out = {k: kwargs[k] for k in _SPEC_KEYS if k in kwargs}
+    if "topk" in kwargs:
+        out["strategies"] = default_strategies(int(kwargs["topk"]))
+    return out
+
+
+def tlt(**kwargs: Any) -> Policy:
+    """Full TLT: spot-trained EAGLE drafter (n-gram until one exists) + elastic BEG-MAB."""
+    ledger = DrafterLedger(
+        pretrained=bool(kwargs.get("pretrained", False)), ready_gpu_s=float(kwargs.get("ready_gpu_s", 0.0))
+    )
+    parts: list[Policy] = [
+        StaticGroupPlacement(),
+        SpotTrainer(ledger, idle_threshold=int(kwargs.get("idle_threshold", 1))),
+        TltSpeculation(ledger, drafter="adaptive", **_spec_kwargs(kwargs)),
+    ]
+    return Composed("tlt", parts)
+
+
+def tlt_base(**kwargs: Any) -> Policy:
+    """§6.1 TLT-Base: the adaptive drafter disabled, model-free (n-gram) drafting only."""
+    spec = TltSpeculation(DrafterLedger(), drafter="ngram", **_spec_kwargs(kwargs))
+    return Composed("tlt-base", [StaticGroupPlacement(), spec])
+
+
+def tlt_static_drafter(**kwargs: Any) -> Policy:
+    """EAGLE drafter trained once before RL and never retrained (Table 6's stale drafter)."""
+    ledger = DrafterLedger(pretrained=True)
+    spec = TltSpeculation(ledger, drafter="adaptive", **_spec_kwargs(kwargs))
+    return Composed("tlt-static-drafter", [StaticGroupPlacement(), spec])
+
+
+def register_policies(register: Callable[[str, Callable[..., Policy], str], None]) -> None:
+    register("tlt", tlt, "TLT: elastic SD below 32 requests, BEG-MAB EAGLE strategies, spot-trained "
+             "drafter on idle workers, n-gram until trained (pretrained=true skips that)")
+    register("tlt-base", tlt_base, "TLT-Base: elastic SD with the model-free n-gram drafter only")
+    register("tlt-static-drafter", tlt_static_drafter,
+             "TLT with an EAGLE drafter trained before RL and never retrained")

@@ -1,0 +1,160 @@
+"""Decoupled speculation and Fastest-of-N replicas in the simulator (SpecActor §4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from policies.contract import (
+    Assign,
+    Cancel,
+    LaunchReplica,
+    Policy,
+    RequestFinished,
+    Role,
+    SetRole,
+    SetSpec,
+    SpecConfig,
+    StepStarted,
+    WorkerIdle,
+)
+from sim.acceptance import stall_after_rejection
+from sim.engine import SimError
+from sim.replay import replay
+from tests.factories import make_frame, make_setup, make_trace
+
+
+def test_stall_after_rejection_lays_out_windows() -> None:
+    w = np.array([3, 3])
+    tokens = np.array([[4, 2, 4, 1, 4], [1, 1, 1, 1, 1]], dtype=np.int16)
+    out = stall_after_rejection(tokens, w)
+    assert out.tolist() == [[4, 2, 0, 4, 1], [1, 0, 1, 0, 1]]
+
+
+class OneWorkerSpec(Policy):
+    """Everything on worker 0 with one speculation setting; worker 1 may be its drafter."""
+
+    name = "one-worker"
+
+    def __init__(self, spec: SpecConfig, drafter_role: bool = False) -> None:
+        self.spec = spec
+        self.drafter_role = drafter_role
+
+    def on_event(self, event, view):
+        if not isinstance(event, StepStarted):
+            return []
+        out = [Assign(request=r, worker=0) for r in event.requests]
+        out.append(SetSpec(spec=self.spec, worker=0))
+        if self.drafter_role:
+            out.append(SetRole(worker=1, role=Role.DRAFTER))
+        return out
+
+
+def _run(policy: Policy, trace, cluster: str = "h100x8", seed: int = 0):
+    from policies import registry
+
+    registry.register("test-policy", lambda: policy, "test")
+    try:
+        return replay(make_setup(trace, cluster=cluster, seed=seed), ["test-policy"])[policy.name]
+    finally:
+        registry.REGISTRY.pop("test-policy")
+
+
+def _trace(alpha: float, n: int = 32, length: int = 1500):
+    return make_trace(make_frame(np.full(n, length), accept={"draft_small": alpha, "ngram": alpha}))
+
+
+def test_decoupled_overlaps_drafting_with_verification() -> None:
+    trace = _trace(0.9)
+    coupled = _run(OneWorkerSpec(SpecConfig("draft_small", gamma=4)), trace)
+    decoupled = _run(
+        OneWorkerSpec(SpecConfig("draft_small", gamma=4, mode="decoupled", window=4, drafter_worker=1), True),
+        trace,
+    )
+    # high acceptance: the drafter's time hides behind verification
+    assert decoupled.steps[0].rollout_makespan_s < 0.95 * coupled.steps[0].rollout_makespan_s
+    # the drafter worker is busy drafting, not idle
+    assert decoupled.steps[0].gpu_idle_fraction < coupled.steps[0].gpu_idle_fraction + 0.01
+
+
+def test_decoupled_pays_for_rejections() -> None:
+    trace = _trace(0.05)
+    coupled = _run(OneWorkerSpec(SpecConfig("ngram", gamma=4)), trace)
+    decoupled = _run(
+        OneWorkerSpec(SpecConfig("ngram", gamma=4, mode="decoupled", window=4, drafter_worker=1), True), trace
+    )
+    # nearly every window is rejected: each verification is followed by a stalled iteration
+    # tokens per verification are the same; decoupled just needs ~2 iterations per verification
+    assert decoupled.steps[0].mean_accept_len == pytest.approx(coupled.steps[0].mean_accept_len, rel=0.05)
+    iterations = int(decoupled.timeline[0]["iterations"].sum())
+    verifications = int(pd.concat(decoupled.requests)["spec_iters"].max())
+    assert iterations > 1.8 * verifications
+    assert decoupled.steps[0].rollout_makespan_s > 1.5 * coupled.steps[0].rollout_makespan_s
+
+
+def test_decoupled_without_drafter_is_an_error() -> None:
+    with pytest.raises(SimError, match="drafter_worker"):
+        _run(OneWorkerSpec(SpecConfig("ngram", gamma=4, mode="decoupled", window=4)), _trace(0.5))
+
+
+class FastestOfN(Policy):
+    """Worker 0 runs everything with a poor drafter; when worker 1 idles, replicate the
+    requests there with a good one."""
+
+    name = "fon-test"
+
+    def __init__(self) -> None:
+        self.launched = False
+        self.finishes: list[tuple[int, int]] = []
+
+    def on_event(self, event, view):
+        if isinstance(event, StepStarted):
+            self.launched = False
+            return [Assign(request=r, worker=0) for r in event.requests] + [
+                SetSpec(spec=SpecConfig("ngram", gamma=4), worker=0)
+            ]
+        if isinstance(event, RequestFinished):
+            self.finishes.append((event.request, event.worker))
+        if isinstance(event, WorkerIdle) and event.worker == 1 and not self.launched:
+            self.launched = True
+            running = [r for r in view.step_requests() if view.request(r).state in ("running", "waiting")]
+            return [
+                LaunchReplica(request=r, worker=1, spec=SpecConfig("draft_small", gamma=4)) for r in running
+            ]
+        return []
+
+
+def test_fastest_of_n_replica_wins_and_the_loser_is_cancelled() -> None:
+    df = make_frame(np.full(16, 3000), accept={"ngram": 0.05, "draft_small": 0.95})
+    trace = make_trace(df)
+    plain = _run(OneWorkerSpec(SpecConfig("ngram", gamma=4)), trace)
+    policy = FastestOfN()
+    fon = _run(policy, trace)
+    assert fon.counters["replicas"] == 16
+    assert fon.counters["replica_wins"] == 16
+    assert fon.counters["cancelled"] == 16
+    assert fon.steps[0].rollout_makespan_s < 0.6 * plain.steps[0].rollout_makespan_s
+    # each request finishes exactly once, on the replica's worker, with its own length
+    assert sorted(r for r, _ in policy.finishes) == list(range(16))
+    assert {w for _, w in policy.finishes} == {1}
+    req = pd.concat(fon.requests)
+    assert len(req) == 16 and (req["replicas"] == 1).all()
+    assert fon.steps[0].output_tokens == 16 * 3000
+
+
+class CancelReplica(FastestOfN):
+    name = "cancel-test"
+
+    def on_event(self, event, view):
+        out = super().on_event(event, view)
+        if out and isinstance(out[0], LaunchReplica):
+            out.append(Cancel(request=out[0].request, worker=1))
+        return out
+
+
+def test_cancel_stops_a_replica() -> None:
+    df = make_frame(np.full(4, 2000), accept={"ngram": 0.05, "draft_small": 0.95})
+    run = _run(CancelReplica(), make_trace(df))
+    assert run.counters["cancelled"] >= 1
+    assert run.steps[0].output_tokens == 4 * 2000
