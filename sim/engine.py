@@ -31,6 +31,7 @@ from policies.contract import (
     SetRole,
     SetSpec,
     SpecConfig,
+    StepFinished,
     StepStarted,
 )
 from sim.acceptance import sample_tokens
@@ -359,4 +360,5 @@ class StepSimulation:
         if unplaced == st.n_requests:
             raise SimError(f"policy '{self.policy.name}' placed no request at step start")
         self.env.run(until=self.done_event)
+        self.emit(StepFinished(time_s=self.makespan, step=st.step, rollout_makespan_s=self.makespan))
         return self.makespan

@@ -17,6 +17,11 @@ from policies.contract import ModelInfo, PromptHistory
 from policies.registry import make_policy
 from sim.cluster import ClusterSpec
 from sim.cost_model import CostModel
+from sim.drafter_training import (
+    DEFAULT_DRAFTER_PARAMS,
+    DrafterTrainingParams,
+    eagle_acceptance_scale_history,
+)
 from sim.engine import EngineConfig, StepSimulation
 from sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
 from sim.models import ModelSpec
@@ -35,6 +40,8 @@ class ReplaySetup:
     seed: int = 0
     engine: EngineConfig = field(default_factory=EngineConfig)
     cost_source: str = "roofline"
+    # Ground truth of the EAGLE drafter's quality as spot training keeps it aligned (TLT).
+    drafter_params: DrafterTrainingParams = field(default_factory=lambda: DEFAULT_DRAFTER_PARAMS)
 
     def layout(self) -> list[tuple[int, int]]:
         per_node = self.cluster.workers_per_node
@@ -91,10 +98,12 @@ def run_policy(
     policy = make_policy(policy_spec)
     run = PolicyRun(name=policy.name, params=policy.params())
     history: dict[int, PromptHistory] = {}
+    spot_gpu_s: list[float] = []  # per finished step: GPU-seconds spent training the drafter
     info = setup.info()
     for step, frame in _step_frames(setup).items():
         t0 = time.perf_counter()
         state = StepState.from_frame(frame, step)
+        _age_drafter(state, spot_gpu_s, setup.drafter_params)
         sim = StepSimulation(
             state,
             policy,
@@ -105,6 +114,7 @@ def run_policy(
             view_extras={"info": info, "history": history},
         )
         makespan = sim.run()
+        spot_gpu_s.append(float((_role_seconds(sim, makespan, {"spot-trainer"}) * _gpus(sim)).sum()))
         run.sim_wall_s += time.perf_counter() - t0
         run.events += sim.counters["events"]
         for k, v in sim.counters.items():
@@ -121,18 +131,34 @@ def run_policy(
     return run
 
 
-def _lent_seconds(sim: StepSimulation, makespan: float) -> np.ndarray:
-    """Per worker: seconds in a non-rollout role before the makespan."""
-    lent = np.zeros(len(sim.workers))
+def _age_drafter(state: StepState, spot_gpu_s: list[float], params: DrafterTrainingParams) -> None:
+    """The trace's EAGLE acceptance is that of a drafter aligned with the current policy;
+    after each policy update it degrades unless spot training realigns it."""
+    if "eagle" in state.methods:
+        j = state.methods.index("eagle")
+        scale = eagle_acceptance_scale_history(spot_gpu_s, params)
+        state.accept_mat[:, j] = np.clip(state.accept_mat[:, j] * scale, 0.0, 1.0)
+
+
+def _gpus(sim: StepSimulation) -> np.ndarray:
+    return np.asarray([w.gpus for w in sim.workers], dtype=np.float64)
+
+
+def _role_seconds(sim: StepSimulation, makespan: float, roles: set[str]) -> np.ndarray:
+    """Per worker: seconds spent in one of `roles` before the makespan."""
+    out = np.zeros(len(sim.workers))
     current: dict[int, tuple[float, str]] = {}
     for w, t, role in sim.roles:
-        if w in current and current[w][1] not in ("rollout", "idle"):
-            lent[w] += max(0.0, min(t, makespan) - current[w][0])
+        if w in current and current[w][1] in roles:
+            out[w] += max(0.0, min(t, makespan) - current[w][0])
         current[w] = (t, role)
     for w, (t, role) in current.items():
-        if role not in ("rollout", "idle"):
-            lent[w] += max(0.0, makespan - t)
-    return lent
+        if role in roles:
+            out[w] += max(0.0, makespan - t)
+    return out
+
+
+LENT_ROLES = {"drafter", "verifier", "spot-trainer", "trainer"}
 
 
 def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makespan: float) -> StepMetrics:
@@ -142,8 +168,9 @@ def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makes
     if sim.segments:
         seg = np.asarray([(s[0], s[2] - s[1]) for s in sim.segments])
         np.add.at(busy, seg[:, 0].astype(int), seg[:, 1])
-    gpus = np.asarray([w.gpus for w in sim.workers], dtype=np.float64)
-    lent = _lent_seconds(sim, makespan)
+    gpus = _gpus(sim)
+    lent = _role_seconds(sim, makespan, LENT_ROLES)
+    trainer = _role_seconds(sim, makespan, {"trainer"})
     n = st.n_requests
     tokens = int(st.target_len[:n][~np.isnan(st.finish_s[:n])].sum())
     post = post_rollout_time(
@@ -158,7 +185,7 @@ def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makes
     return StepMetrics(
         step=st.step,
         rollout_makespan_s=makespan,
-        step_time_s=step_time(makespan, post, float((lent * gpus).sum()), setup.cluster.total_gpus),
+        step_time_s=step_time(makespan, post, float((trainer * gpus).sum()), setup.cluster.total_gpus),
         output_tokens=tokens,
         throughput_tok_s=tokens / makespan if makespan > 0 else 0.0,
         tail_time_s=tail_time(st.finish_s[:n], makespan),
