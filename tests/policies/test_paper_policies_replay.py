@@ -79,7 +79,6 @@ def test_gamma_adapts_across_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     run = _run_object(monkeypatch, trace, pol)
     tl = pd.concat(run.timeline)
     assert tl.groupby("step")["gamma_mean"].max().tolist() == [5, 5, 7, 7, 9]
-    # the last step closes at the next StepStarted (the engine emits no StepFinished yet)
     # every step is closed at its StepFinished, the last one included
     assert [g for _, g, _ in spec.log] == [5, 5, 7, 7, 9]
     assert all(tau is not None and tau > 0.94 * g + 1 for _, g, tau in spec.log)
