@@ -17,10 +17,12 @@ main.add_command(trace_group)
 
 
 def _register() -> None:
+    from reports.cli import report_cmd
     from sim.replay_cli import policies_cmd, replay_cmd
 
     main.add_command(replay_cmd)
     main.add_command(policies_cmd)
+    main.add_command(report_cmd)
 
 
 _register()

@@ -344,8 +344,9 @@ class StepSimulation:
 
     # --------------------------------------------------------------------- records
     def record_segment(self, worker: Worker, t0: float, t1: float, iterations: int, plan: Plan) -> None:
+        replicas = int((self.state.origin[plan.ids] != plan.ids).sum())
         self.segments.append(
-            (worker.id, t0, t1, iterations, len(plan.ids), plan.kv_tokens, plan.spec_gamma_mean)
+            (worker.id, t0, t1, iterations, len(plan.ids), plan.kv_tokens, plan.spec_gamma_mean, replicas)
         )
 
     # ------------------------------------------------------------------------- run

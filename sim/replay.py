@@ -228,7 +228,7 @@ def _request_frame(sim: StepSimulation, policy: str) -> pd.DataFrame:
     )
 
 
-TIMELINE_COLUMNS = ["worker", "t0_s", "t1_s", "iterations", "batch", "kv_tokens", "gamma_mean"]
+TIMELINE_COLUMNS = ["worker", "t0_s", "t1_s", "iterations", "batch", "kv_tokens", "gamma_mean", "replicas"]
 
 
 def _timeline_frame(sim: StepSimulation, policy: str) -> pd.DataFrame:

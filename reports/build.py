@@ -1,0 +1,221 @@
+"""`build_report`: run directories in, a report directory out, replaced atomically.
+
+Layout of the output::
+
+    DIR/index.html            the page (figures referenced beside it)
+    DIR/figures/*.png         every figure
+    DIR/tables/*.{md,csv,json}
+    DIR/report.json           what was built, what was left out and why
+
+The report is built in a temporary directory next to DIR and swapped in by rename, so
+a reader never sees half a report and a failed build leaves the old one intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from reports.context import Context, FigureOut
+from reports.errors import Notes, ReportError
+from reports.fig_dynamics import acceptance_figure, completion_figure, load_figure, speculation_figure
+from reports.fig_simlive import simlive
+from reports.fig_steps import steps_figure
+from reports.fig_timeline import gantt_figures
+from reports.fig_trace import trace_figure
+from reports.load import Study, load_study
+from reports.page import PageInput, render
+from reports.style import RC
+from reports.tables import Table, headline_table, per_step_table
+
+# Entries of DIR that a report owns; anything else in DIR must be an input run.
+REPORT_ENTRIES = frozenset({"index.html", "figures", "tables", "report.json"})
+
+FAMILIES: tuple[tuple[str, Callable[[Context], list[FigureOut]]], ...] = (
+    ("figure: across steps", steps_figure),
+    ("figure: response lengths", trace_figure),
+    ("figure: running requests and KV use", load_figure),
+    ("figure: completion CDF", completion_figure),
+    ("figure: acceptance length", acceptance_figure),
+    ("figure: speculation", speculation_figure),
+    ("figure: worker timelines", gantt_figures),
+)
+
+
+def choose_step(study: Study, baseline: str, step: int | None) -> tuple[int, str]:
+    """The step the within-step figures show, and why that one.
+
+    Default: the baseline's median-makespan step among the steps all series share, a
+    typical step rather than the first (warm-up) or the worst one.
+    """
+    available = study.all_steps
+    if step is not None:
+        if step not in available:
+            raise ReportError(f"--step {step}: not in the runs (they have steps {_ranges(available)})")
+        return step, "chosen with --step"
+    common = study.common_steps() or available
+    ref = next((s for s in study.series if s.policy == baseline), study.series[0])
+    mk = ref.steps["rollout_makespan_s"].reindex(common).dropna()
+    if mk.empty:
+        return common[0], "first step"
+    order = mk.sort_values(kind="stable")
+    return int(order.index[(len(order) - 1) // 2]), f"median makespan of {ref.label}"
+
+
+def _ranges(steps: list[int]) -> str:
+    if not steps:
+        return "none"
+    return f"{steps[0]}..{steps[-1]}" if steps == list(range(steps[0], steps[-1] + 1)) else str(steps)[:80]
+
+
+def _check_out_dir(out_dir: Path, run_dirs: list[Path]) -> None:
+    """Refuse to replace a directory that holds anything a report did not write.
+
+    The exception is an input run living inside DIR (`simctl replay --report DIR` writes
+    its run to DIR/run); it is carried over into the new report directory.
+    """
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise ReportError(f"{out_dir}: exists and is not a directory")
+    runs = {p.resolve() for p in run_dirs}
+    if out_dir.resolve() in runs:
+        raise ReportError(f"{out_dir}: is an input run directory; choose another output directory")
+    foreign = [e.name for e in out_dir.iterdir() if e.name not in REPORT_ENTRIES and e.resolve() not in runs]
+    if foreign:
+        shown = ", ".join(sorted(foreign)[:5])
+        raise ReportError(
+            f"{out_dir}: exists and holds files a report did not write ({shown}); refusing to replace it"
+        )
+
+
+def _swap_in(tmp: Path, out_dir: Path) -> None:
+    """Move carried-over run directories into `tmp`, then swap `tmp` in by rename."""
+    if out_dir.exists():
+        moved: list[str] = []
+        try:
+            for entry in out_dir.iterdir():
+                if entry.name not in REPORT_ENTRIES:
+                    entry.rename(tmp / entry.name)
+                    moved.append(entry.name)
+        except OSError:
+            for name in moved:
+                (tmp / name).rename(out_dir / name)
+            raise
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        old.rmdir()
+        out_dir.rename(old)
+        try:
+            tmp.rename(out_dir)
+        except OSError:
+            old.rename(out_dir)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out_dir)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _report_meta(workers: int | None, step_reason: str) -> dict:
+    try:
+        ver = version("simctl")
+    except PackageNotFoundError:
+        ver = "unknown"
+    return {
+        "simctl_version": ver,
+        "command": shlex.join(["simctl", *sys.argv[1:]]) if sys.argv else "",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "workers": workers,
+        "step_reason": step_reason,
+    }
+
+
+def _render_all(ctx: Context) -> tuple[list[FigureOut], Table | None]:
+    """Every figure family; one that fails is listed as left out, the rest still render."""
+    figures: list[FigureOut] = []
+    with plt.rc_context(RC):
+        for name, family in FAMILIES:
+            try:
+                figures += family(ctx)
+            except Exception as exc:  # a plotting bug must not cost the whole report
+                ctx.notes.leave_out(name, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        try:
+            sl_figs, sl_table = simlive(ctx)
+            figures += sl_figs
+        except Exception as exc:
+            ctx.notes.leave_out("simulated vs measured", f"failed: {type(exc).__name__}: {exc}")
+            sl_table = None
+    return figures, sl_table
+
+
+def build_report(
+    run_dirs: list[Path],
+    out_dir: Path,
+    baseline: str = "verl",
+    step: int | None = None,
+    workers: int | None = None,
+) -> Path:
+    """Render the comparison report of `run_dirs` into `out_dir`; returns index.html.
+
+    Raises ReportError (one line) when no run is usable or the arguments cannot be
+    honoured; every lesser problem is shown on the page and echoed on stderr.
+    """
+    notes = Notes()
+    run_dirs = [Path(p) for p in run_dirs]
+    out_dir = Path(out_dir).resolve()  # "-o ." must name a directory with a parent to swap in
+    study = load_study(run_dirs, notes)
+    chosen, reason = choose_step(study, baseline, step)
+    if workers is not None and workers < 1:
+        raise ReportError(f"--workers {workers}: must be at least 1")
+    _check_out_dir(out_dir, run_dirs)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would make a shared report unreadable
+        ctx = Context(
+            study=study, step=chosen, baseline=baseline, fig_dir=tmp / "figures", notes=notes, workers=workers
+        )
+        headline = headline_table(study, baseline, notes)
+        per_step = per_step_table(study, baseline)
+        figures, sl_table = _render_all(ctx)
+        tables = [headline, per_step] + ([sl_table] if sl_table is not None else [])
+        table_files = {
+            t.name: [p.relative_to(tmp).as_posix() for p in t.write(tmp / "tables")] for t in tables
+        }
+        meta = _report_meta(workers, reason)
+        page = render(
+            PageInput(study, chosen, baseline, headline, sl_table, figures, table_files, notes, meta), tmp
+        )
+        (tmp / "index.html").write_text(page, encoding="utf-8")
+        summary = {
+            **meta,
+            "runs": [str(r.path) for r in study.runs],
+            "baseline": baseline,
+            "step": chosen,
+            "figures": [f.path.relative_to(tmp).as_posix() for f in figures],
+            "tables": table_files,
+            "warnings": notes.warnings,
+            "left_out": [{"what": w, "why": y} for w, y in notes.left_out],
+        }
+        (tmp / "report.json").write_text(json.dumps(summary, indent=1))
+        _swap_in(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    notes.echo()
+    return out_dir / "index.html"

@@ -1,0 +1,297 @@
+"""Loading and validating run directories (`simctl replay --out`, later `simctl live`).
+
+A run directory is run.json plus three optional Parquet tables. The tables of a long
+study are large (a 200-step, 6-policy run at 16K requests per step holds ~20M timeline
+rows), so nothing here reads a table whole: callers ask for the columns and the step or
+policy they need, and Parquet filtering keeps memory proportional to what is plotted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from reports.errors import Notes, ReportError
+
+STEP_METRICS = (
+    "rollout_makespan_s",
+    "step_time_s",
+    "output_tokens",
+    "throughput_tok_s",
+    "tail_time_s",
+    "gpu_idle_fraction",
+    "mean_accept_len",
+)
+
+# Columns each table must carry for the figures that use it; extra columns are allowed
+# (an optional `replicas` timeline column marks Fastest-of-N replica work).
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "requests": ("policy", "step", "worker", "response_len", "finish_s", "accepted", "spec_iters"),
+    "timeline": (
+        "policy",
+        "step",
+        "worker",
+        "t0_s",
+        "t1_s",
+        "iterations",
+        "batch",
+        "kv_tokens",
+        "gamma_mean",
+    ),
+    "roles": ("policy", "step", "worker", "time_s", "role"),
+}
+
+
+@dataclass
+class Run:
+    """One run directory: its run.json document and the tables it has that are usable."""
+
+    path: Path
+    doc: dict[str, Any]
+    tables: dict[str, Path] = field(default_factory=dict)
+    columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        prov = self.doc.get("provenance")
+        return prov if isinstance(prov, dict) else {}
+
+    @property
+    def source(self) -> str:
+        return str(self.provenance.get("source") or "sim")
+
+    @property
+    def trace_meta(self) -> dict[str, Any]:
+        meta = self.provenance.get("trace_meta")
+        return meta if isinstance(meta, dict) else {}
+
+    @property
+    def workload_key(self) -> tuple:
+        """What makes two runs 'the same workload'.
+
+        A live run records its own trace file, so the file name alone would call a
+        simulation of that recording a different workload; the generator preset and
+        seed (plus the model) identify it wherever the file went. Traces without a
+        preset fall back to their file name.
+        """
+        m = self.trace_meta
+        if m.get("preset"):
+            return ("preset", m.get("preset"), m.get("seed"), m.get("model"))
+        return ("file", Path(str(self.doc.get("trace", "?"))).name)
+
+    @property
+    def workload_label(self) -> str:
+        m = self.trace_meta
+        trace = Path(str(self.doc.get("trace", "?"))).name
+        if m.get("preset"):
+            return f"{trace} (preset {m.get('preset')}, seed {m.get('seed')})"
+        return trace
+
+    def has(self, kind: str) -> bool:
+        return kind in self.tables
+
+    def read(
+        self,
+        kind: str,
+        columns: list[str] | None = None,
+        policy: str | None = None,
+        step: int | None = None,
+    ) -> pd.DataFrame:
+        """Rows of one table for one policy and/or step, only the columns asked for."""
+        filters = []
+        if policy is not None:
+            filters.append(("policy", "==", policy))
+        if step is not None:
+            filters.append(("step", "==", int(step)))
+        if columns is not None:
+            have = self.columns[kind]
+            columns = [c for c in columns if c in have]
+        table = pq.read_table(self.tables[kind], columns=columns, filters=filters or None)
+        return table.to_pandas()
+
+    def batches(self, kind: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        """Stream a table in record batches: whole-run aggregates in bounded memory."""
+        pf = pq.ParquetFile(self.tables[kind])
+        yield from pf.iter_batches(columns=columns, batch_size=1 << 20)
+
+
+@dataclass
+class Series:
+    """One policy of one run: a line in every plot, a row in every table."""
+
+    run: Run
+    policy: str
+    label: str
+    summary: dict[str, Any]
+    steps: pd.DataFrame  # index: step; columns: STEP_METRICS
+
+    def mean(self, metric: str) -> float:
+        col = self.steps[metric].astype(float)
+        col = col[np.isfinite(col)]
+        return float(col.mean()) if len(col) else float("nan")
+
+    @property
+    def mean_rollout_makespan_s(self) -> float:
+        v = self.summary.get("mean_rollout_makespan_s")
+        return float(v) if isinstance(v, int | float) else self.mean("rollout_makespan_s")
+
+    @property
+    def mean_step_time_s(self) -> float:
+        v = self.summary.get("mean_step_time_s")
+        return float(v) if isinstance(v, int | float) else self.mean("step_time_s")
+
+    def makespan(self, step: int) -> float:
+        try:
+            return float(self.steps.loc[step, "rollout_makespan_s"])
+        except KeyError:
+            return float("nan")
+
+
+@dataclass
+class Study:
+    """Everything the report compares: the usable runs and their policies as series."""
+
+    runs: list[Run]
+    series: list[Series]
+    notes: Notes
+
+    @property
+    def all_steps(self) -> list[int]:
+        return sorted({int(s) for se in self.series for s in se.steps.index})
+
+    def common_steps(self, series: list[Series] | None = None) -> list[int]:
+        chosen = series or self.series
+        sets = [set(int(s) for s in se.steps.index) for se in chosen]
+        return sorted(set.intersection(*sets)) if sets else []
+
+
+def _read_doc(path: Path) -> dict[str, Any]:
+    """run.json, or a ReportError saying in one line why this directory is not a run."""
+    if not path.exists():
+        raise ReportError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise ReportError(f"{path}: not a directory (expected the --out directory of `simctl replay`)")
+    if not any(path.iterdir()):
+        raise ReportError(f"{path}: empty directory (expected run.json from `simctl replay --out`)")
+    doc_path = path / "run.json"
+    if not doc_path.is_file():
+        raise ReportError(f"{path}: no run.json (not a run directory of `simctl replay --out`)")
+    try:
+        doc = json.loads(doc_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportError(f"{doc_path}: unreadable JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("policies"), dict) or not doc["policies"]:
+        raise ReportError(f"{doc_path}: no 'policies' object (not a run document)")
+    return doc
+
+
+def _check_table(run: Run, kind: str, notes: Notes) -> None:
+    path = run.path / f"{kind}.parquet"
+    if not path.is_file():
+        notes.warn(f"run {run.name}: no {kind}.parquet; figures that need it are left out for this run")
+        return
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException) as exc:
+        notes.warn(f"run {run.name}: {kind}.parquet unreadable ({str(exc).splitlines()[0]})")
+        return
+    missing = [c for c in TABLE_COLUMNS[kind] if c not in schema.names]
+    if len(schema.names) == 0 or pq.ParquetFile(path).metadata.num_rows == 0:
+        notes.warn(f"run {run.name}: {kind}.parquet has no rows")
+        return
+    if missing:
+        notes.warn(f"run {run.name}: {kind}.parquet lacks column(s) {', '.join(missing)}")
+        return
+    run.tables[kind] = path
+    run.columns[kind] = tuple(schema.names)
+
+
+def _steps_frame(steps: Any) -> pd.DataFrame | None:
+    if not isinstance(steps, list) or not steps:
+        return None
+    rows = [s for s in steps if isinstance(s, dict) and "step" in s and "rollout_makespan_s" in s]
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    for m in STEP_METRICS:
+        df[m] = pd.to_numeric(df[m], errors="coerce") if m in df else np.nan
+    df["step"] = df["step"].astype(int)
+    return df.drop_duplicates("step").set_index("step").sort_index()[list(STEP_METRICS)]
+
+
+def _labels(series: list[tuple[Run, str]]) -> list[str]:
+    """Policy names, made unique only where needed (by source, else by run name)."""
+    count = Counter(p for _, p in series)
+    out = []
+    for run, policy in series:
+        if count[policy] == 1:
+            out.append(policy)
+            continue
+        same = [r for r, p in series if p == policy]
+        by_source = Counter(r.source for r in same)
+        tag = run.source if by_source[run.source] == 1 else run.name
+        out.append(f"{policy} [{tag}]")
+    return out
+
+
+def _run_names(paths: list[Path]) -> list[str]:
+    names = [p.name or str(p) for p in paths]
+    count = Counter(names)
+    return [f"{p.parent.name}/{p.name}" if count[n] > 1 else n for p, n in zip(paths, names, strict=True)]
+
+
+def load_study(run_dirs: list[Path], notes: Notes) -> Study:
+    """Usable runs and series; unusable ones become notes. Fatal only if nothing is left."""
+    if not run_dirs:
+        raise ReportError("no run directory given")
+    paths: list[Path] = []
+    for p in map(Path, run_dirs):
+        if any(p.resolve() == q.resolve() for q in paths):
+            notes.warn(f"run {p} given more than once; using it once")
+        else:
+            paths.append(p)
+    runs: list[Run] = []
+    problems: list[str] = []
+    for path, name in zip(paths, _run_names(paths), strict=True):
+        try:
+            doc = _read_doc(path)
+        except ReportError as exc:
+            problems.append(str(exc))
+            notes.leave_out(f"run {path}", str(exc))
+            continue
+        run = Run(path=path, doc=doc, name=name)
+        for kind in TABLE_COLUMNS:
+            _check_table(run, kind, notes)
+        runs.append(run)
+    pairs: list[tuple[Run, str, pd.DataFrame]] = []
+    for run in runs:
+        for policy, summary in run.doc["policies"].items():
+            frame = _steps_frame(summary.get("steps") if isinstance(summary, dict) else None)
+            if frame is None:
+                notes.leave_out(f"policy {policy} of run {run.name}", "run.json has no per-step metrics")
+                continue
+            pairs.append((run, str(policy), frame))
+    if not pairs:
+        detail = "; ".join(problems) if problems else "no policy has per-step metrics"
+        raise ReportError(f"no usable run: {detail}")
+    labels = _labels([(r, p) for r, p, _ in pairs])
+    series = [
+        Series(run=r, policy=p, label=lab, summary=r.doc["policies"][p], steps=f)
+        for (r, p, f), lab in zip(pairs, labels, strict=True)
+    ]
+    used = [r for r in runs if any(s.run is r for s in series)]
+    keys = {r.workload_key for r in used}
+    if len(keys) > 1:
+        listed = ", ".join(f"{r.name}: {r.workload_label}" for r in used)
+        notes.warn(f"runs come from different traces ({listed}); their numbers are not like-for-like")
+    return Study(runs=used, series=series, notes=notes)

@@ -1,0 +1,109 @@
+"""Fixtures: real run directories from the real producer (sim.replay + write_run_dir).
+
+Built once per session on a tiny trace (2 steps, 96 requests, 4 workers) so the tests
+exercise what `simctl replay --out` actually writes, not a hand-made imitation.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from reports.build import build_report
+
+POLICIES = ("verl", "ngram", "rlhfuse")
+LIVE_SLOWDOWN = 1.1  # the fake "measured" run is 10% slower than the simulation
+
+
+def make_run(out: Path, *, preset: str = "tiny", seed: int = 0, steps: int = 2, policies=POLICIES) -> Path:
+    from sim.cluster import parse_cluster
+    from sim.cost_model import RooflineCostModel
+    from sim.models import get_model
+    from sim.replay import ReplaySetup, replay
+    from sim.replay_cli import run_document, write_run_dir
+    from traces.io import Trace
+    from traces.schema import TraceMeta
+
+    rng = np.random.default_rng(seed)
+    groups, g = 12, 4
+    frames = []
+    for s in range(steps):
+        n = groups * g
+        lens = np.minimum(np.exp(rng.normal(5.5, 0.8, n)).astype(int) + 1, 2000)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "step": s,
+                    "prompt_id": np.repeat(np.arange(groups), g),
+                    "sample": np.tile(np.arange(g), groups),
+                    "prompt_len": 100,
+                    "response_len": lens,
+                    "max_tokens": 2000,
+                    "finish_reason": np.where(lens >= 2000, "length", "stop"),
+                    "accept_ngram": rng.beta(2, 6, n).astype("float32"),
+                    "accept_draft_small": rng.beta(7, 3, n).astype("float32"),
+                }
+            )
+        )
+    trace = Trace(
+        df=pd.concat(frames, ignore_index=True),
+        meta=TraceMeta(model="qwen2.5-7b", group_size=g, preset=preset, seed=seed),
+    )
+    cluster = parse_cluster("h100x16")
+    model = get_model(trace.meta.model)
+    setup = ReplaySetup(
+        trace=trace,
+        cluster=cluster,
+        model=model,
+        cost=RooflineCostModel(model, cluster.gpu, cluster.tp),
+        steps=list(range(steps)),
+        seed=seed,
+    )
+    runs = replay(setup, list(policies))
+    write_run_dir(out, run_document(setup, runs, Path(f"{preset}-{seed}.parquet")), runs)
+    return out
+
+
+def make_live_copy(sim_dir: Path, out: Path, slowdown: float = LIVE_SLOWDOWN) -> Path:
+    """A stand-in for a `simctl live` run: the simulation with every time scaled."""
+    shutil.copytree(sim_dir, out)
+    doc = json.loads((out / "run.json").read_text())
+    doc["provenance"]["source"] = "live"
+    doc["provenance"]["cost_model"] = "measured"
+    for pol in doc["policies"].values():
+        for st in pol["steps"]:
+            for k in ("rollout_makespan_s", "step_time_s", "tail_time_s"):
+                st[k] *= slowdown
+            st["throughput_tok_s"] /= slowdown
+        pol["mean_rollout_makespan_s"] *= slowdown
+        pol["mean_step_time_s"] *= slowdown
+    (out / "run.json").write_text(json.dumps(doc))
+    tl = pd.read_parquet(out / "timeline.parquet")
+    tl[["t0_s", "t1_s"]] *= slowdown
+    tl.to_parquet(out / "timeline.parquet", index=False)
+    rq = pd.read_parquet(out / "requests.parquet")
+    rq["finish_s"] *= slowdown
+    rq.to_parquet(out / "requests.parquet", index=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory) -> Path:
+    return make_run(tmp_path_factory.mktemp("runs") / "sim")
+
+
+@pytest.fixture(scope="session")
+def report(run_dir, tmp_path_factory) -> Path:
+    """index.html of the report over the one complete run."""
+    return build_report([run_dir], tmp_path_factory.mktemp("report") / "out")
+
+
+@pytest.fixture
+def fresh_run(run_dir, tmp_path) -> Path:
+    """A private copy a test may damage."""
+    return Path(shutil.copytree(run_dir, tmp_path / "copy"))

@@ -1,0 +1,53 @@
+"""Small pieces whose arithmetic the figures rely on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reports.context import sum_on_grid
+from reports.fig_dynamics import cdf_points
+from reports.fig_timeline import merge_segments, role_intervals
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 100), st.floats(0.01, 50), st.integers(1, 64)), min_size=1, max_size=40)
+)
+def test_sum_on_grid_matches_brute_force(segs):
+    t0 = np.array([s[0] for s in segs])
+    t1 = t0 + np.array([s[1] for s in segs])
+    v = np.array([s[2] for s in segs], dtype=float)
+    grid = np.linspace(0, 160, 97)
+    brute = np.array([v[(t0 <= g) & (g < t1)].sum() for g in grid])
+    np.testing.assert_allclose(sum_on_grid(t0, t1, v, grid), brute, atol=1e-6)
+
+
+def test_cdf_counts_unfinished_in_denominator():
+    x, y = cdf_points(np.array([1.0, 2.0, np.nan, 3.0]), 4)
+    assert y[-1] == 0.75 and x[-1] == 3.0 and x[0] == 0.0
+
+
+def test_merge_segments_keeps_busy_time_and_bounds_rows():
+    n = 20000
+    t = np.linspace(0, 100, n + 1)
+    df = pd.DataFrame(
+        {"worker": 0, "t0_s": t[:-1], "t1_s": t[1:], "batch": 8, "gamma_mean": 0.0, "iterations": 1}
+    )
+    out = merge_segments(df, 100.0, bins=500)
+    assert len(out) <= 501
+    assert (out["t1_s"] - out["t0_s"]).sum() == np.float64(100.0) or np.isclose(
+        (out["t1_s"] - out["t0_s"]).sum(), 100.0
+    )
+    assert np.allclose(out["batch"], 8)
+
+
+def test_role_intervals_end_at_makespan():
+    roles = pd.DataFrame(
+        {"worker": [0, 0, 1], "time_s": [0.0, 5.0, 0.0], "role": ["rollout", "trainer", "rollout"]}
+    )
+    iv = role_intervals(roles, 9.0).sort_values(["worker", "t0_s"]).reset_index(drop=True)
+    assert iv[["t0_s", "t1_s"]].values.tolist() == [[0.0, 5.0], [5.0, 9.0], [0.0, 9.0]]
+    assert list(iv["role"]) == ["rollout", "trainer", "rollout"]
