@@ -79,7 +79,9 @@ def make_policy(spec: str) -> Policy:
 # Paper policies register themselves; imported last because they build on this module's
 # siblings (compose, placement), never on the registry itself.
 from policies import efficientrollout as _efficientrollout  # noqa: E402
+from policies import speactor as _speactor  # noqa: E402
 from policies import tlt as _tlt  # noqa: E402
 
 _efficientrollout.register_policies(register)
 _tlt.register_policies(register)
+_speactor.register_policies(register)

@@ -102,6 +102,11 @@ class RooflineParams:
     per_seq_overhead_s: float = 10e-6
     # Per query token: full-vocab sampling / rejection sampling (estimate).
     per_token_overhead_s: float = 2e-6
+    # Residual cost of a speculative verification per sequence (rejection sampling, draft
+    # bookkeeping, ragged query layout): EfficientRollout's c_V*B term (Eq. 2, App. E.3).
+    # 120 us calibrated so that vanilla speculation with a 0.5B drafter brings no gain for
+    # Qwen2.5-32B at TP4 and per-worker batch 128, as SpecActor measures (Fig. 5b, §3).
+    verify_per_seq_overhead_s: float = 120e-6
     bytes_per_param: float = 2.0
     kv_bytes_per_elem: int = 2
     # Drafter steps run inside one engine step: launch + sampling but no scheduler.
@@ -222,6 +227,8 @@ class RooflineCostModel:
         per_ar = prm.allreduce_latency_s + ring / (gpu.nvlink_bw / 2 * prm.nvlink_eff)
         t_comm = p.allreduces * per_ar
         t_over = p.overhead_s + prm.per_seq_overhead_s * b + prm.per_token_overhead_s * n
+        if p is self._pass:  # verification of drafted tokens by the target
+            t_over = t_over + np.where(n > b, prm.verify_per_seq_overhead_s * b, 0.0)
         return t_mem, t_compute, t_comm, t_over
 
     def _time(self, p: _Pass, num_seqs: ArrayLike, new_tokens: ArrayLike,

@@ -1,0 +1,310 @@
+"""SpecActor (decoupled speculation + Fastest-of-N) as a policy, with its Fig. 15 ablations.
+
+- `speactor-vanilla`: coupled draft-then-verify with the one method the draft ladder picks.
+- `speactor-decoupled`: + Algorithm 1's plan (drafter GPUs per verifier, window w) at step start.
+- `speactor-decoupled-reconfig`: + Algorithm 2 every 1000 decode iterations.
+- `speactor`: + Fastest-of-N (Algorithm 3) on workers freed during the step.
+
+Choices where the paper is open (all constructor keywords):
+- Workers are the cluster's TP groups, so a verifier configuration is one worker
+  (g_v = tp GPUs) and drafters are whole workers whose GPUs each host a drafter instance;
+  a drafter worker serves tp/g_d verifiers.
+- Algorithm 1 only enumerates decoupled plans; the coupled plan at the same cluster is also
+  scored and kept when it is faster (e.g. for near-free n-gram drafting).
+- "Profiled" acceptance: the previous steps' observed per-method acceptance, with
+  `prior` for methods never run (SpecActor profiles offline; the priors default to the
+  batch means SpecActor-style traces show).
+- Fastest-of-N replicas are coupled, on freed verifier workers and on drafter workers whose
+  verifiers are done; their drafter piggybacks on the same worker (§4.2).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from policies.contract import (
+    Action,
+    Assign,
+    Capability,
+    ClusterView,
+    Event,
+    LaunchReplica,
+    Policy,
+    RequestFinished,
+    Role,
+    SetRole,
+    SetSpec,
+    SpecConfig,
+    StepFinished,
+    StepStarted,
+    Tick,
+    WorkerIdle,
+)
+from policies.placement import contiguous_chunks
+from policies.speactor_model import (
+    Affine,
+    CostLaws,
+    LadderRung,
+    best_window,
+    draft_ladder,
+    fastest_of_n,
+    plan_search,
+    reconfigure,
+    tgs_coupled,
+)
+
+DEFAULT_METHODS = ("draft_small", "draft_medium", "ngram")
+# Batch-mean acceptance assumed before any step was profiled (SpecActor Fig. 10 shape).
+DEFAULT_PRIOR = {"draft_small": 0.6, "draft_medium": 0.66, "ngram": 0.4, "suffix": 0.55, "eagle": 0.58}
+
+
+class SpecActor(Policy):
+    name = "speactor"
+
+    def __init__(
+        self,
+        methods: tuple[str, ...] | str = DEFAULT_METHODS,
+        decoupled: bool = True,
+        reconfig: bool = True,
+        fon: bool = True,
+        reconfig_iterations: int = 1000,
+        max_window: int = 8,
+        fon_max_batch: int = 32,
+        plan_context: int = 4096,
+        prior: dict[str, float] | None = None,
+    ) -> None:
+        self.methods = tuple(methods.split("/")) if isinstance(methods, str) else tuple(methods)
+        assert self.methods, "SpecActor needs at least one draft method"
+        self.decoupled, self.reconfig, self.fon = decoupled, reconfig, fon
+        self.max_window, self.fon_max_batch, self.plan_context = max_window, fon_max_batch, plan_context
+        self.prior = {**DEFAULT_PRIOR, **(prior or {})}
+        caps = {Capability.PLACE, Capability.SPEC_PER_WORKER}
+        if decoupled:
+            caps |= {Capability.DECOUPLED, Capability.ROLES}
+        if reconfig:
+            caps |= {Capability.SPEC_PER_REQUEST}
+        if fon:
+            caps |= {Capability.REPLICAS}
+        self.requires = frozenset(caps)
+        self.tick_iterations = reconfig_iterations if reconfig else None
+        self.profiled: dict[str, tuple[int, int]] = {}  # method -> (accepted, drafted) so far
+        self._reset_step()
+
+    def _reset_step(self) -> None:
+        self.ladder: list[LadderRung] = []
+        self.laws: dict[str, CostLaws] = {}
+        self.drafter_of: dict[int, int] = {}  # verifier worker -> drafter worker
+        self.drafters: set[int] = set()
+        self.by_worker: dict[int, set[int]] = {}
+        self.method = ""
+        self.window = 0
+        self.drafter_gpus = 0
+        self.free: set[int] = set()
+        self.fon_assigned: dict[tuple[int, str], int] = {}
+        self.fon_workers: dict[str, list[int]] = {}
+        self.spec_of: dict[int, SpecConfig] = {}
+
+    def params(self) -> dict[str, object]:
+        return {
+            "methods": list(self.methods),
+            "decoupled": self.decoupled,
+            "reconfig": self.reconfig,
+            "fon": self.fon,
+            "max_window": self.max_window,
+            "fon_max_batch": self.fon_max_batch,
+        }
+
+    # ------------------------------------------------------------------ events
+    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+        if isinstance(event, StepStarted):
+            return self._start(event, view)
+        if isinstance(event, RequestFinished):
+            self.by_worker.get(event.worker, set()).discard(event.request)
+            for ws in self.by_worker.values():
+                ws.discard(event.request)
+            return []
+        if isinstance(event, Tick) and self.reconfig:
+            return self._reconfigure(event.worker, view)
+        if isinstance(event, WorkerIdle) and self.fon:
+            return self._fastest_of_n(event.worker, view)
+        if isinstance(event, StepFinished):
+            self._profile(view)
+        return []
+
+    # ------------------------------------------------------------ step start
+    def acceptance(self, method: str) -> float:
+        acc, drafted = self.profiled.get(method, (0, 0))
+        return acc / drafted if drafted > 500 else self.prior.get(method, 0.5)
+
+    def _laws(self, view: ClusterView, method: str) -> CostLaws:
+        ctx = float(self.plan_context)
+        return CostLaws(
+            draft=Affine.fit(lambda b: view.draft_cost(method, b, b * ctx, 1)),
+            verify=lambda w: Affine.fit(lambda b: view.cost(b, b * (w + 1), b * ctx)),
+            decode=Affine.fit(lambda b: view.cost(b, b, b * ctx)),
+        )
+
+    def _start(self, event: StepStarted, view: ClusterView) -> list[Action]:
+        self._reset_step()
+        n_workers = view.num_workers
+        batch = len(event.requests) / n_workers
+        self.laws = {m: self._laws(view, m) for m in self.methods}
+        self.ladder = draft_ladder(
+            self.laws, {m: self.acceptance(m) for m in self.methods}, batch, self.max_window
+        )
+        top = self.ladder[0]
+        self.method, p = top.method, top.acceptance
+        verifiers = list(range(n_workers))
+        spec = SpecConfig(method=top.method, gamma=top.gamma)
+        actions: list[Action] = []
+        if self.decoupled:
+            tp = view.info.tp
+            plan = plan_search(
+                self.laws[top.method], p, len(event.requests), n_workers * tp, [tp], self.max_window
+            )
+            _, coupled_tgs = best_window(
+                lambda w: tgs_coupled(self.laws[top.method], p, w, batch), self.max_window
+            )
+            if plan.tgs > coupled_tgs and n_workers >= 2:
+                per_drafter = max(1, tp // plan.drafter_gpus)
+                n_drafters = max(1, -(-n_workers // (per_drafter + 1)))
+                self.drafters = set(range(n_workers - n_drafters, n_workers))
+                verifiers = list(range(n_workers - n_drafters))
+                self.window, self.drafter_gpus = plan.window, plan.drafter_gpus
+                for i, v in enumerate(verifiers):
+                    self.drafter_of[v] = n_workers - n_drafters + min(i // per_drafter, n_drafters - 1)
+                actions += [SetRole(worker=d, role=Role.DRAFTER) for d in sorted(self.drafters)]
+        groups: OrderedDict[int, list[int]] = OrderedDict()
+        for rid in event.requests:
+            groups.setdefault(view.request(rid).prompt_id, []).append(rid)
+        for idx, rids in zip(contiguous_chunks(len(groups), len(verifiers)), groups.values(), strict=True):
+            w = verifiers[idx]
+            self.by_worker.setdefault(w, set()).update(rids)
+            actions += [Assign(request=r, worker=w) for r in rids]
+        for v in verifiers:
+            if v in self.drafter_of:
+                vs = SpecConfig(
+                    method=self.method,
+                    gamma=self.window,
+                    mode="decoupled",
+                    window=self.window,
+                    drafter_worker=self.drafter_of[v],
+                )
+            else:
+                vs = spec
+            actions.append(SetSpec(spec=vs, worker=v))
+        return actions
+
+    # --------------------------------------------------- Algorithm 2 (reconfig)
+    def _reconfigure(self, worker: int, view: ClusterView) -> list[Action]:
+        rates = {}
+        for rid in self.by_worker.get(worker, ()):
+            rv = view.request(rid)
+            if rv.state == "running" and rv.acceptance_rate is not None:
+                rates[rid] = rv.acceptance_rate
+        if len(rates) < 2:
+            return []
+        mean = sum(rates.values()) / len(rates)
+        laws = self.laws[self.method]
+        gd = max(self.drafter_gpus, 1)
+        actions: list[Action] = []
+        for rid, p in rates.items():
+            if p >= mean:
+                continue
+            mode, w, _ = reconfigure(laws, p, gd, self.max_window)
+            if mode == "decoupled" and worker not in self.drafter_of:
+                mode, w = (
+                    "coupled",
+                    best_window(lambda x, p=p: tgs_coupled(laws, p, x, 1.0), self.max_window)[0],
+                )
+            spec = SpecConfig(
+                method=self.method,
+                gamma=w,
+                mode=mode,  # type: ignore[arg-type]
+                window=w if mode == "decoupled" else 0,
+                drafter_worker=self.drafter_of.get(worker) if mode == "decoupled" else None,
+            )
+            if self.spec_of.get(rid) != spec:
+                self.spec_of[rid] = spec
+                actions.append(SetSpec(spec=spec, request=rid))
+        return actions
+
+    # ------------------------------------------------ Algorithm 3 (Fastest-of-N)
+    def _fastest_of_n(self, worker: int, view: ClusterView) -> list[Action]:
+        if worker in self.drafters:
+            return []
+        self.by_worker.pop(worker, None)
+        self.free.add(worker)
+        for d in self.drafters:  # a drafter whose verifiers are all done is free too
+            if d not in self.free and all(v in self.free for v, dd in self.drafter_of.items() if dd == d):
+                self.free.add(d)
+        free = sorted(w for w in self.free if view.worker(w).running + view.worker(w).waiting == 0)
+        free = [w for w in free if all(w not in ws for ws in self.fon_workers.values())]
+        active = []
+        for w, rids in self.by_worker.items():
+            for rid in rids:
+                rv = view.request(rid)
+                if rv.state in ("running", "waiting"):
+                    active.append((rid, rv.acceptance_rate if rv.acceptance_rate is not None else 0.0))
+                    self.fon_assigned.setdefault((rid, self.method), w)
+        if not active or not free:
+            return []
+        load = {
+            w: view.worker(w).running + view.worker(w).waiting for ws in self.fon_workers.values() for w in ws
+        }
+        order = [r.method for r in self.ladder]
+        picks = fastest_of_n(
+            active, order, self.fon_assigned, self.fon_workers, free, load, self.fon_max_batch
+        )
+        rung = {r.method: r for r in self.ladder}
+        return [
+            LaunchReplica(request=rid, worker=w, spec=SpecConfig(method=m, gamma=max(1, rung[m].gamma)))
+            for rid, m, w in picks
+        ]
+
+    # --------------------------------------------------------- profiling
+    def _profile(self, view: ClusterView) -> None:
+        """Acceptance observed this step (every request speculates with the step's method)
+        feeds the next step's ladder."""
+        acc = drafted = 0
+        for rid in view.step_requests():
+            rv = view.request(rid)
+            acc += rv.accepted_tokens
+            drafted += rv.drafted_tokens
+        if drafted and self.method:
+            pa, pd = self.profiled.get(self.method, (0, 0))
+            self.profiled[self.method] = (pa + acc, pd + drafted)
+
+
+def _variant(name: str, **fixed: object):
+    def factory(**kw: object) -> Policy:
+        policy = SpecActor(**{**fixed, **kw})  # type: ignore[arg-type]
+        policy.name = name
+        return policy
+
+    return factory
+
+
+VARIANTS = {
+    "speactor-vanilla": (
+        dict(decoupled=False, reconfig=False, fon=False),
+        "SpecActor ablation: coupled, one ladder-picked method",
+    ),
+    "speactor-decoupled": (
+        dict(decoupled=True, reconfig=False, fon=False),
+        "SpecActor ablation: + decoupled plan (Alg. 1)",
+    ),
+    "speactor-decoupled-reconfig": (
+        dict(decoupled=True, reconfig=True, fon=False),
+        "SpecActor ablation: + per-request reconfiguration (Alg. 2)",
+    ),
+    "speactor": (
+        dict(decoupled=True, reconfig=True, fon=True),
+        "SpecActor: decoupled speculation + reconfiguration + Fastest-of-N",
+    ),
+}
+
+
+def register_policies(register) -> None:
+    for name, (fixed, text) in VARIANTS.items():
+        register(name, _variant(name, **fixed), text)
