@@ -102,14 +102,12 @@ def plan_search(
     for g_v in verifier_configs:
         for g_d in range(1, g_v + 1):
             b = math.ceil((g_d + g_v) * total_batch / total_gpus)
-            d1 = laws.draft(1.0)
             v1 = laws.verify(1)
             w_max = max(
                 math.ceil(v1.slope / max(laws.draft.slope, 1e-15)),
                 math.ceil(v1.intercept / max(laws.draft.intercept, 1e-15)),
             )
             w_max = max(1, min(w_max, max_window))
-            del d1
             for w in range(1, w_max + 1):
                 tgs = tgs_decoupled(laws, p, w, b, g_d)
                 if tgs > best.tgs:
