@@ -44,6 +44,8 @@ class Plan:
     gamma: np.ndarray | None
     kv_tokens: int
     spec_gamma_mean: float
+    cum: np.ndarray | None = None  # cumulative tokens per row over the block (speculative plans)
+    decoupled_rows: np.ndarray | None = None  # bool mask of decoupled rows (they sit out iterations)
 
     @property
     def iterations(self) -> int:
@@ -234,7 +236,11 @@ class Worker:
         hit = (cum >= remaining[:, None]).any(axis=0)
         if hit.any():
             k = int(np.argmax(hit)) + 1
-        per_iter = np.minimum(x[:, :k], np.maximum(remaining[:, None] - (cum[:, :k] - x[:, :k]), 0)).sum(0)
+        # k is the first column where any row reaches its dispatch end, so only the last
+        # column can overshoot: cap it there and keep plain column sums elsewhere.
+        per_iter = x[:, :k].sum(axis=0, dtype=np.int64)
+        before = cum[:, k - 2] if k >= 2 else 0
+        per_iter[k - 1] = int(np.minimum(x[:, k - 1], remaining - before).sum())
         ctx = ctx0 + np.concatenate([[0], np.cumsum(per_iter)[:-1]]).astype(np.float64)
         over = ctx + per_iter > self.kv_capacity
         if over.any():
@@ -245,7 +251,18 @@ class Worker:
         coupled, decoupled = self._draft_times(ids, methods, gamma, window, ctx)
         t = np.maximum(verify, decoupled) + coupled
         t[0] += prefill
-        return Plan(ids, np.cumsum(t), remaining, x[:, :k], rows, gamma, ctx0, float(gamma[rows].mean()))
+        return Plan(
+            ids,
+            np.cumsum(t),
+            remaining,
+            x[:, :k],
+            rows,
+            gamma,
+            ctx0,
+            float(gamma[rows].mean()),
+            cum=cum,
+            decoupled_rows=dec if dec.any() else None,
+        )
 
     # --------------------------------------------------------------------- applying
     def apply(self, plan: Plan, done: int) -> None:
@@ -255,15 +272,16 @@ class Worker:
         if plan.tokens is None:
             gained = np.minimum(done, plan.remaining)
         else:
-            cum = np.cumsum(plan.tokens[:, :done], axis=1, dtype=np.int64)
-            gained = np.minimum(cum[:, -1], plan.remaining)
+            # No row reaches its dispatch end before the block's last column (see plan), so
+            # every row ran `done` iterations; decoupled rows verified only where they emitted.
+            assert plan.cum is not None
+            gained = np.minimum(plan.cum[:, done - 1], plan.remaining)
             rows = plan.spec_rows
             assert rows is not None and plan.gamma is not None
-            reached = cum >= plan.remaining[:, None]
-            span = np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1, done)
-            # verifications = iterations that emitted tokens (decoupled requests sit some out)
-            emitted = plan.tokens[:, :done] > 0
-            iters = (emitted & (np.arange(done)[None, :] < span[:, None])).sum(axis=1)
+            iters = np.full(len(ids), done, np.int64)
+            if plan.decoupled_rows is not None:
+                dec = plan.decoupled_rows
+                iters[dec] = (plan.tokens[dec, :done] > 0).sum(axis=1)
             sid = ids[rows]
             st.spec_iters[sid] += iters[rows]
             st.spec_tokens[sid] += gained[rows]
