@@ -95,7 +95,8 @@ class SpecActor(Policy):
         self.laws: dict[str, CostLaws] = {}
         self.drafter_of: dict[int, int] = {}  # verifier worker -> drafter worker
         self.drafters: set[int] = set()
-        self.by_worker: dict[int, set[int]] = {}
+        self.by_worker: dict[int, set[int]] = {}  # worker -> its unfinished requests
+        self.home: dict[int, int] = {}  # request -> worker it was placed on
         self.method = ""
         self.window = 0
         self.drafter_gpus = 0
@@ -119,9 +120,9 @@ class SpecActor(Policy):
         if isinstance(event, StepStarted):
             return self._start(event, view)
         if isinstance(event, RequestFinished):
-            self.by_worker.get(event.worker, set()).discard(event.request)
-            for ws in self.by_worker.values():
-                ws.discard(event.request)
+            home = self.home.pop(event.request, None)
+            if home is not None:
+                self.by_worker.get(home, set()).discard(event.request)
             return []
         if isinstance(event, Tick) and self.reconfig:
             return self._reconfigure(event.worker, view)
@@ -138,9 +139,13 @@ class SpecActor(Policy):
 
     def _laws(self, view: ClusterView, method: str) -> CostLaws:
         ctx = float(self.plan_context)
+        verify = {
+            w: Affine.fit(lambda b, w=w: view.cost(b, b * (w + 1), b * ctx))
+            for w in range(1, self.max_window + 1)
+        }
         return CostLaws(
             draft=Affine.fit(lambda b: view.draft_cost(method, b, b * ctx, 1)),
-            verify=lambda w: Affine.fit(lambda b: view.cost(b, b * (w + 1), b * ctx)),
+            verify=verify.__getitem__,
             decode=Affine.fit(lambda b: view.cost(b, b, b * ctx)),
         )
 
@@ -180,6 +185,7 @@ class SpecActor(Policy):
         for idx, rids in zip(contiguous_chunks(len(groups), len(verifiers)), groups.values(), strict=True):
             w = verifiers[idx]
             self.by_worker.setdefault(w, set()).update(rids)
+            self.home.update(dict.fromkeys(rids, w))
             actions += [Assign(request=r, worker=w) for r in rids]
         for v in verifiers:
             if v in self.drafter_of:
