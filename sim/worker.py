@@ -102,6 +102,8 @@ class Worker:
 
     def _admit(self) -> None:
         st, cfg = self.sim.state, self.sim.config
+        if not self._waiting or len(self.running) >= cfg.max_num_seqs:
+            return
         limit = int(self.kv_capacity * (1.0 - cfg.kv_watermark))
         used = self.kv_used()
         added = []
@@ -126,6 +128,8 @@ class Worker:
     def _preempt_for_room(self) -> None:
         """Recompute-preempt the latest admitted requests until one iteration fits."""
         st = self.sim.state
+        if len(self.running) <= 1 or self.kv_used() + len(self.running) <= self.kv_capacity:
+            return
         while len(self.running) > 1 and self.kv_used() + len(self.running) > self.kv_capacity:
             rid = int(self.running[-1])
             self.running = self.running[:-1]
