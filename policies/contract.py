@@ -59,9 +59,11 @@ ALL_CAPABILITIES = frozenset(Capability)
 class SpecConfig:
     """How a request (or every request of a worker) is decoded.
 
-    `method` None means plain decoding. `gamma` draft tokens are verified per iteration;
-    `topk` > 1 drafts that many paths (tree / multi-path) verified together. Decoupled
-    mode runs the drafter on `drafter_worker`, at most `window` tokens ahead.
+    `method` None means plain decoding. `gamma` is the draft depth. `topk` > 1 drafts a
+    tree (or multi-path) keeping topk candidates per level, of which the `verify_tokens`
+    most confident are verified together (0: a chain of gamma tokens, TLT's
+    Tokens_to_Verify otherwise). Decoupled mode runs the drafter on `drafter_worker`, at
+    most `window` tokens ahead.
     """
 
     method: str | None = None
@@ -70,6 +72,12 @@ class SpecConfig:
     window: int = 0
     topk: int = 1
     drafter_worker: WorkerId | None = None
+    verify_tokens: int = 0
+
+    @property
+    def tokens_verified(self) -> int:
+        """Draft tokens the target verifies per iteration (excluding the bonus token)."""
+        return self.verify_tokens if self.topk > 1 and self.verify_tokens > 0 else self.gamma
 
     @property
     def enabled(self) -> bool:

@@ -26,8 +26,8 @@ Choices where the paper leaves a detail open (constructor keywords):
   simulated seconds between ticks instead (Alg. 1 literally: a measured step latency).
 - Verification cost in the prediction uses Tokens_to_Verify when topK > 1 (tree), else
   depth + 1 (chain); the drafter step processes batch * topK tokens.
-- An executor that models only chains (topK ignored) still gets SpecConfig(method,
-  gamma=depth, topk=topK): the simulator reads gamma as the draft depth.
+- A strategy becomes SpecConfig(method, gamma=depth, topk=topK, verify_tokens=
+  Tokens_to_Verify); an executor that models only chains reads gamma as the draft depth.
 - The n-gram drafter (TLT uses Lookahead [72]) drafts a fixed 8 tokens: the draft length
   at which the traces' n-gram acceptance is calibrated (Seer Table 2, max draft 8).
 - The drafter counts as trained once any spot-training GPU-second was booked
@@ -311,7 +311,9 @@ class TltSpeculation(Policy):
             return []
         self._strategy[worker] = choice
         self.log.append((self._step, worker, now, choice, batch))
-        spec = SpecConfig(method=self.method, gamma=choice.depth, topk=choice.topk)
+        spec = SpecConfig(
+            method=self.method, gamma=choice.depth, topk=choice.topk, verify_tokens=choice.verify
+        )
         return [SetSpec(spec=spec, worker=worker)]
 
     def predicted_iteration_s(self, view: ClusterView, worker: WorkerId, s: Strategy) -> float:
@@ -339,8 +341,16 @@ class TltSpeculation(Policy):
 
 # --------------------------------------------------------------------------- registry
 
-_SPEC_KEYS = ("threshold", "scope", "ngram_gamma", "epsilon", "window", "seed", "tick_iterations",
-              "reward_time")
+_SPEC_KEYS = (
+    "threshold",
+    "scope",
+    "ngram_gamma",
+    "epsilon",
+    "window",
+    "seed",
+    "tick_iterations",
+    "reward_time",
+)
 
 
 def _spec_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -380,8 +390,15 @@ def tlt_static_drafter(**kwargs: Any) -> Policy:
 
 
 def register_policies(register: Callable[[str, Callable[..., Policy], str], None]) -> None:
-    register("tlt", tlt, "TLT: elastic SD below 32 requests, BEG-MAB EAGLE strategies, spot-trained "
-             "drafter on idle workers, n-gram until trained (pretrained=true skips that)")
+    register(
+        "tlt",
+        tlt,
+        "TLT: elastic SD below 32 requests, BEG-MAB EAGLE strategies, spot-trained "
+        "drafter on idle workers, n-gram until trained (pretrained=true skips that)",
+    )
     register("tlt-base", tlt_base, "TLT-Base: elastic SD with the model-free n-gram drafter only")
-    register("tlt-static-drafter", tlt_static_drafter,
-             "TLT with an EAGLE drafter trained before RL and never retrained")
+    register(
+        "tlt-static-drafter",
+        tlt_static_drafter,
+        "TLT with an EAGLE drafter trained before RL and never retrained",
+    )

@@ -137,7 +137,11 @@ class StepSimulation:
     ) -> np.ndarray:
         """Tokens each speculating request emits in each of the next `iterations` verify
         iterations (int16, rows = rids). The seam for exact replay over recorded token ids:
-        by default acceptance is sampled from the per-request probability `alpha`."""
+        a `token_replay` (sim.token_replay.StepReplay) set on the simulation answers when
+        present; otherwise acceptance is sampled from the per-request probability `alpha`."""
+        replay = getattr(self, "token_replay", None)
+        if replay is not None:
+            return replay.spec_tokens(self, worker, rids, methods, alpha, gamma, iterations)
         return sample_tokens(worker.rng, alpha, gamma, iterations)
 
     def drafter_for(self, method: str) -> str:
@@ -303,6 +307,8 @@ class StepSimulation:
         st.req_method[row] = self.method_index(spec.method) if on else -1  # type: ignore[arg-type]
         st.req_gamma[row] = spec.gamma if on else 0
         st.req_window[row] = spec.window if on and spec.mode == "decoupled" else 0
+        st.req_topk[row] = max(1, spec.topk) if on else 1
+        st.req_verify[row] = spec.tokens_verified if on else 0
         if on and spec.mode == "decoupled":
             self._check_drafter(spec)
             self.drafter_clients[spec.drafter_worker].add(max(int(st.worker[row]), -1))  # type: ignore[index]

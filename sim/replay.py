@@ -27,6 +27,7 @@ from sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
 from sim.models import ModelSpec
 from sim.state import StepState
 from sim.step_time import post_rollout_time, step_time
+from sim.token_replay import StepReplay, TraceTokens
 from traces.io import Trace
 
 
@@ -100,6 +101,7 @@ def run_policy(
     history: dict[int, PromptHistory] = {}
     spot_gpu_s: list[float] = []  # per finished step: GPU-seconds spent training the drafter
     info = setup.info()
+    tokens = TraceTokens(setup.trace) if setup.trace.has_tokens() else None
     for step, frame in _step_frames(setup).items():
         t0 = time.perf_counter()
         state = StepState.from_frame(frame, step)
@@ -113,7 +115,10 @@ def run_policy(
             setup.seed,
             view_extras={"info": info, "history": history},
         )
+        rows = setup.trace.df.index.get_indexer(frame.index)
+        sim.token_replay = StepReplay(state, rows, tokens, getattr(policy, "draft_rules", None))
         makespan = sim.run()
+        sim.token_replay.finish(sim.counters)
         spot_gpu_s.append(float((_role_seconds(sim, makespan, {"spot-trainer"}) * _gpus(sim)).sum()))
         run.sim_wall_s += time.perf_counter() - t0
         run.events += sim.counters["events"]

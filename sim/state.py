@@ -36,6 +36,8 @@ class StepState:
     req_method: np.ndarray = field(init=False)  # per-request override: index into methods, -1 none
     req_gamma: np.ndarray = field(init=False)  # per-request override draft length, 0 = none
     req_window: np.ndarray = field(init=False)  # decoupled draft window, 0 = coupled
+    req_topk: np.ndarray = field(init=False)  # tree width per level (1 = chain)
+    req_verify: np.ndarray = field(init=False)  # tree tokens verified per iteration (0 = gamma)
     origin: np.ndarray = field(init=False)  # the request a row serves (replica rows > n_requests)
     n_requests: int = field(init=False)  # rows below this are the step's requests
     generated: np.ndarray = field(init=False)
@@ -76,6 +78,8 @@ class StepState:
         self.req_method = np.full(n, -1, np.int16)
         self.req_gamma = np.zeros(n, np.int16)
         self.req_window = np.zeros(n, np.int16)
+        self.req_topk = np.ones(n, np.int16)
+        self.req_verify = np.zeros(n, np.int16)
         self.origin = np.arange(n, dtype=np.int64)
         self.n_requests = n
 
@@ -102,6 +106,8 @@ class StepState:
         "req_method",
         "req_gamma",
         "req_window",
+        "req_topk",
+        "req_verify",
         "origin",
     )
 

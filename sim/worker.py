@@ -23,7 +23,7 @@ import numpy as np
 import simpy
 
 from policies.contract import SPEC_OFF, Role, SpecConfig, Tick, WorkerIdle
-from sim.acceptance import expected_tokens, stall_after_rejection
+from sim.acceptance import expected_tokens, stall_after_rejection, tree_acceptance
 from sim.state import RUNNING, WAITING
 
 if TYPE_CHECKING:
@@ -147,31 +147,43 @@ class Worker:
         self._method_idx = self.sim.method_index(spec.method) if spec.enabled and spec.method else -1
         self.poke()
 
-    def _spec_arrays(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per-row acceptance, draft length, method index (-1 = plain decode) and decoupled
-        window (0 = coupled); request overrides win over the worker's setting."""
-        st = self.sim.state
+    def _spec_arrays(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per row: acceptance per verified level, draft depth, method index (-1 = plain
+        decode), decoupled window (0 = coupled), tree width and tokens verified. Request
+        overrides win over the worker's setting."""
+        st, spec = self.sim.state, self.spec
         method = st.req_method[ids].astype(np.int64)
         gamma = st.req_gamma[ids].astype(np.int64)
         window = st.req_window[ids].astype(np.int64)
+        topk = st.req_topk[ids].astype(np.int64)
+        verify = st.req_verify[ids].astype(np.int64)
         inherit = gamma <= 0
         if self._method_idx >= 0:
             method[inherit] = self._method_idx
-            gamma[inherit] = self.spec.gamma
-            window[inherit] = self.spec.window if self.spec.mode == "decoupled" else 0
+            gamma[inherit] = spec.gamma
+            window[inherit] = spec.window if spec.mode == "decoupled" else 0
+            topk[inherit] = max(1, spec.topk)
+            verify[inherit] = spec.tokens_verified
         else:
             method[inherit] = -1
             gamma[inherit] = 0
+            verify[inherit] = 0
         # a decoupled request verifies its whole window each iteration
         gamma = np.where(window > 0, window, gamma)
+        verify = np.where(window > 0, window, verify)
         alpha = (
             np.where(method >= 0, st.accept_mat[ids, np.maximum(method, 0)], 0.0)
             if st.methods
             else (np.zeros(len(ids)))
         )
-        return alpha, gamma, method, window
+        tree = topk > 1
+        if tree.any():
+            alpha = np.where(tree, tree_acceptance(alpha, gamma, topk, verify), alpha)
+        return alpha, gamma, method, window, topk, verify
 
-    def _draft_times(self, ids, methods, gamma, window, ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _draft_times(
+        self, ids, methods, gamma, window, topk, ctx: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(coupled, decoupled) drafting seconds per iteration. Coupled drafting adds to the
         verifier's iteration; decoupled drafting runs on the drafter worker's GPUs (one
         drafter instance per GPU, shared by every verifier pointing at it) and overlaps it."""
@@ -195,7 +207,11 @@ class Worker:
                         cost.draft_time(drafter, per_gpu, share * per_gpu / n, int(gamma[sel].max())),
                     )
                 else:
-                    coupled = coupled + cost.draft_time(drafter, n, share, int(gamma[sel].max()))
+                    # a tree drafts topk candidates per level for each sequence
+                    width = int(topk[sel].max())
+                    coupled = coupled + cost.draft_time(
+                        drafter, n * width, share * width, int(gamma[sel].max())
+                    )
         return coupled, decoupled
 
     def _drafter_worker(self, rows: np.ndarray) -> int:
@@ -226,7 +242,7 @@ class Worker:
             t = np.asarray(cost.iteration_time(b, b, ctx), dtype=np.float64)
             t[0] += prefill
             return Plan(ids, np.cumsum(t), remaining, None, None, None, ctx0, 0.0)
-        alpha, gamma, methods, window = arrays
+        alpha, gamma, methods, window, topk, verify = arrays
         rows = gamma > 0
         exp = expected_tokens(alpha, gamma)
         k = int(np.ceil((remaining / exp).min() * 1.1)) + 4
@@ -250,9 +266,9 @@ class Worker:
         if over.any():
             k = max(1, int(np.argmax(over)))
             ctx = ctx[:k]
-        new_tokens = int((gamma + 1).sum())
+        new_tokens = int((np.where(gamma > 0, verify, 0) + 1).sum())
         verify = np.asarray(cost.iteration_time(b, new_tokens, ctx), dtype=np.float64)
-        coupled, decoupled = self._draft_times(ids, methods, gamma, window, ctx)
+        coupled, decoupled = self._draft_times(ids, methods, gamma, window, topk, ctx)
         t = np.maximum(verify, decoupled) + coupled
         t[0] += prefill
         return Plan(
