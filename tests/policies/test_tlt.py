@@ -72,7 +72,11 @@ def test_trained_drafter_is_retuned_by_the_bandit_from_request_counters() -> Non
     _start(pol, view, requests=(0, 1))
     out = pol.on_event(Tick(time_s=1.0, worker=0, iteration=16), view)
     first = pol.mab.candidates(2)[0]  # untried arms first, in order: depth 6 of the 48-token group
-    assert out == [SetSpec(spec=SpecConfig(method="eagle", gamma=first.depth, topk=8, verify_tokens=first.verify), worker=0)]
+    assert out == [
+        SetSpec(
+            spec=SpecConfig(method="eagle", gamma=first.depth, topk=8, verify_tokens=first.verify), worker=0
+        )
+    ]
     # 16 iterations: request 0 drafted 16 * 6 and accepted 40, request 1 accepted 24
     view.add_request(0, worker=0, drafted_tokens=96, accepted_tokens=40)
     view.add_request(1, worker=0, drafted_tokens=96, accepted_tokens=24)
