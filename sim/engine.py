@@ -103,6 +103,7 @@ class StepSimulation:
         self.segments: list[tuple] = []  # (worker, t0, t1, iterations, batch, kv, gamma_mean)
         self.roles: list[tuple[int, float, str]] = []  # (worker, time, role)
         self.unfinished = state.n_requests
+        self.request_spec = False  # some request has its own speculation setting
         self.replicas: dict[int, list[int]] = {}  # request -> its Fastest-of-N replica rows
         self.drafter_clients: defaultdict[int, set[int]] = defaultdict(set)  # drafter -> verifier workers
         self.makespan = 0.0
@@ -306,6 +307,7 @@ class StepSimulation:
         on = spec.enabled and spec.method is not None
         st.req_method[row] = self.method_index(spec.method) if on else -1  # type: ignore[arg-type]
         st.req_gamma[row] = spec.gamma if on else 0
+        self.request_spec = self.request_spec or on
         st.req_window[row] = spec.window if on and spec.mode == "decoupled" else 0
         st.req_topk[row] = max(1, spec.topk) if on else 1
         st.req_verify[row] = spec.tokens_verified if on else 0
@@ -350,7 +352,8 @@ class StepSimulation:
 
     # --------------------------------------------------------------------- records
     def record_segment(self, worker: Worker, t0: float, t1: float, iterations: int, plan: Plan) -> None:
-        replicas = int((self.state.origin[plan.ids] != plan.ids).sum())
+        st = self.state
+        replicas = int((st.origin[plan.ids] != plan.ids).sum()) if len(st.origin) > st.n_requests else 0
         self.segments.append(
             (worker.id, t0, t1, iterations, len(plan.ids), plan.kv_tokens, plan.spec_gamma_mean, replicas)
         )

@@ -233,7 +233,7 @@ class Worker:
         if tick:
             cap = min(cap, tick - self._since_tick)
         prefill = float(cost.prefill_time(self.prefill_tokens)) if self.prefill_tokens else 0.0
-        spec_on = self._method_idx >= 0 or bool(st.req_gamma[ids].any())
+        spec_on = self._method_idx >= 0 or (self.sim.request_spec and bool(st.req_gamma[ids].any()))
         arrays = self._spec_arrays(ids) if spec_on else None
         if arrays is None or not arrays[1].any():
             room = (self.kv_capacity - ctx0) // b
