@@ -77,6 +77,9 @@ class EngineConfig:
 
     max_num_seqs: int = 256  # vLLM scheduler default
     kv_watermark: float = 0.01  # vLLM keeps 1% of KV blocks free at admission
+    # A request whose chunk ended keeps its KV in a cluster-wide pool (Seer's global KV
+    # cache, §4.1), so its next dispatch re-prefills nothing. False: recompute.
+    kv_pool: bool = True
     per_iteration: bool = False  # reference mode: one event per decode iteration
 
 
@@ -181,6 +184,8 @@ class StepSimulation:
         else:
             st.state[rid] = UNASSIGNED
             st.worker[rid] = -1
+            if self.config.kv_pool:  # the chunk's KV stays in the global pool: no recompute later
+                st.kv_resident[rid] = int(st.prompt_len[rid] + st.generated[rid])
             self.counters["chunks"] += 1
             self.emit(
                 ChunkFinished(time_s=now, request=rid, worker=worker.id, generated=int(st.generated[rid]))
@@ -246,6 +251,8 @@ class StepSimulation:
             elif isinstance(a, Defer):
                 if st.state[a.request] not in (UNASSIGNED, WAITING):
                     raise SimError(f"policy '{self.policy.name}': {a} for a request that is running or done")
+                if st.state[a.request] == WAITING:
+                    self.workers[int(st.worker[a.request])].waiting_count -= 1  # heap entry goes stale
                 st.state[a.request] = DEFERRED
                 self.unfinished -= 1
                 if self.unfinished == 0:
@@ -338,8 +345,9 @@ class StepSimulation:
             self.workers[src].waiting_count -= 1  # heap entry goes stale
         else:
             raise SimError(f"policy '{self.policy.name}': {a} for a request that is not queued or running")
-        if not a.transfer_kv:
-            st.kv_resident[a.request] = 0
+        st.kv_resident[a.request] = (
+            int(st.prompt_len[a.request] + st.generated[a.request]) if a.transfer_kv else 0
+        )
         self.counters["migrations"] += 1
         st.worker[a.request] = a.worker
         self.workers[a.worker].enqueue(a.request)

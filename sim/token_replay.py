@@ -18,15 +18,18 @@ ones in `policies/suffix_tree.py`, configured by the policy's `DraftRule` per me
   64-bit collision). A sibling's tokens reach the table in batches of `append_tokens`
   whenever a worker re-plans (Seer's batched appends and periodic fetch: at most one block,
   i.e. `tick_iterations`, plus one batch late); the request's own tokens are matched at
-  once. Multi-path: `SpecConfig.topk` = k paths of depth gamma // k (gamma counts every
-  verified draft token, which is what the executor charges).
+  once. Multi-path (Seer §5): `SpecConfig.topk` = k paths of depth `gamma`, the first
+  token of each among the k best children at the anchor (the executor charges
+  `verify_tokens` = k * gamma).
 
 Without token ids:
 - group/own: per-token acceptance from Seer Table 2 by the number of sibling references
   the request can see (finished siblings count 1, running ones by the share of the
   request's own position they have covered), scaled by the request's `accept_suffix`
   relative to the Table 2 value at G - 1 references that the trace generator calibrated;
-- history: the trace's `accept_history`, with the AIMD window applied to i.i.d. draws.
+- history: the engine's default sampling from `accept_history` at the SpecConfig's gamma.
+  AIMD exploits the run structure of real matches (long agreeing runs, then misses); with
+  i.i.d. per-token acceptance it has nothing to adapt to, so it is not applied.
 
 What the executor cannot be told (it charges gamma + 1 verify tokens per iteration): the
 AIMD window varies per iteration, so its drafted/accepted counts are kept here exactly
@@ -42,7 +45,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from policies.contract import SPEC_OFF
 from policies.seer_acceptance import TABLE2_DRAFT, per_token_acceptance, table2_tau
 from policies.suffix_tree import REWARD_COUNT_EPS, DraftRule
 from sim.acceptance import sample_tokens
@@ -86,7 +88,8 @@ def ngram_keys(seq: np.ndarray, lo: int, hi: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         for n in range(1, hi + 1):
             ext = np.zeros(m, np.uint64)
-            ext[n:] = t[: m - n]  # token n places before each position
+            if n < m:
+                ext[n:] = t[: m - n]  # token n places before each position
             h = _mix(h ^ ext ^ np.uint64(n))
             if n >= lo:
                 out[hi - n] = np.where(np.arange(m) >= n, h, np.uint64(0))
@@ -249,8 +252,11 @@ class StepReplay:
         self.state = state
         self.rows = np.asarray(trace_rows, dtype=np.int64)
         self.tokens = tokens
-        # Defaults only replay exactly; the no-token models apply where a policy asks.
+        # Defaults only replay exactly; without tokens only the group model applies (where
+        # a policy asks for it): the history drafter then samples at its fixed gamma.
         self.rules = {**(DEFAULT_RULES if tokens is not None else {}), **(rules or {})}
+        if tokens is None:
+            self.rules = {m: r for m, r in self.rules.items() if r.source != "history"}
         self.stats: dict[int, RequestStats] = {}
         self._plans: dict[int, _Plan] = {}
         self._seqs: dict[int, _Sequence] = {}
@@ -264,6 +270,9 @@ class StepReplay:
         self._members = {int(pid[g[0]]): g for g in np.split(order, cut) if len(g)}
         self._group_size = max((len(g) for g in self._members.values()), default=1)
         self._ref_accept: float | None = None
+        self._grids: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._matrix: np.ndarray | None = None
+        self._group_index = np.zeros(0, np.int64)
 
     # ------------------------------------------------------------------------ entry point
     def spec_tokens(
@@ -287,19 +296,23 @@ class StepReplay:
             if rule is None:
                 out[sel] = sample_tokens(worker.rng, alpha[sel], gamma[sel], iterations)
                 continue
-            for i in sel:
-                self._reconcile(int(rids[i]))
-            r, g = rids[sel], gamma[sel].astype(np.int64)
+            if self._plans:
+                for rid in rids[sel].tolist():
+                    if rid in self._plans:
+                        self._reconcile(rid)
+            r, depth = rids[sel], np.maximum(gamma[sel].astype(np.int64), 1)
+            # the trace's chain acceptance (the engine boosts `alpha` for trees)
+            chain = st.accept_mat[r, m]
             if rule.source == "history":
-                out[sel] = self._history(worker, rule, r, alpha[sel], g, iterations)
+                out[sel] = self._history(rule, r, depth, iterations)
             else:
-                paths = np.array([self._paths(worker, int(x)) for x in r], np.int64)
-                depth = np.maximum(g // paths, 1)
+                own = st.req_gamma[r] > 0
+                paths = np.where(own, st.req_topk[r], max(1, worker.spec.topk)).astype(np.int64)
                 if self.tokens is not None:
                     for j, rid, d, k in zip(sel, r.tolist(), depth.tolist(), paths.tolist(), strict=True):
                         out[j] = self._group_exact(rule, rid, d, k, iterations)
                 else:
-                    p = self._group_model(rule, r, alpha[sel], paths)
+                    p = self._group_model(rule, r, chain, paths)
                     out[sel] = sample_tokens(worker.rng, p, depth, iterations)
         return out
 
@@ -316,11 +329,6 @@ class StepReplay:
     # ------------------------------------------------------------------------ bookkeeping
     def _origin(self, rid: int) -> int:
         return int(self.state.origin[rid])
-
-    def _paths(self, worker: Worker, rid: int) -> int:
-        st = self.state
-        spec = st.spec[rid] if st.req_gamma[rid] > 0 else worker.spec
-        return max(1, int((spec or SPEC_OFF).topk))
 
     def _stats(self, rid: int) -> RequestStats:
         s = self.stats.get(rid)
@@ -457,86 +465,94 @@ class StepReplay:
     ) -> np.ndarray:
         """Per-token acceptance from Seer Table 2 at the request's visible sibling count."""
         st = self.state
+        origin = st.origin[rids]
+        refs = np.zeros(len(rids))
+        if rule.source == "group":
+            sib = self._member_matrix()[self._group_index[origin]]  # (rows, G), -1 = none
+            valid = (sib >= 0) & (sib != origin[:, None])
+            s = np.maximum(sib, 0)
+            vis = st.generated[s] // rule.append_tokens * rule.append_tokens
+            pos = np.maximum(st.generated[rids], 1)[:, None]
+            share = np.where(st.state[s] == FINISHED, 1.0, np.minimum(1.0, vis / pos))
+            refs = np.where(valid, share, 0.0).sum(axis=1)
+        out = np.empty(len(rids))
+        for k in np.unique(paths).tolist():
+            sel = paths == k
+            grid_refs, grid_p = self._table2_grid(int(k))
+            out[sel] = np.interp(refs[sel], grid_refs, grid_p)
         if self._ref_accept is None:
             self._ref_accept = per_token_acceptance(table2_tau(self._group_size - 1, 1), TABLE2_DRAFT)
-        out = np.empty(len(rids))
-        for j, rid in enumerate(rids.tolist()):
-            origin = self._origin(rid)
-            refs = 0.0
-            if rule.source == "group":
-                pos = max(int(st.generated[rid]), 1)
-                for m in self._members[int(st.prompt_id[origin])].tolist():
-                    if m == origin:
-                        continue
-                    if st.state[m] == FINISHED:
-                        refs += 1.0
-                    else:
-                        vis = int(st.generated[m]) // rule.append_tokens * rule.append_tokens
-                        refs += min(1.0, vis / pos)
-            p = per_token_acceptance(table2_tau(refs, int(paths[j])), TABLE2_DRAFT)
-            out[j] = p * float(alpha[j]) / max(self._ref_accept, 1e-9)
-        return np.clip(out, 0.0, _MAX_ACCEPT)
+        return np.clip(out * alpha / max(self._ref_accept, 1e-9), 0.0, _MAX_ACCEPT)
+
+    def _table2_grid(self, paths: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-token acceptance on a grid of reference counts (piecewise linear in between:
+        within 1e-3 of the exact inversion)."""
+        grid = self._grids.get(paths)
+        if grid is None:
+            refs = np.linspace(0.0, float(max(self._group_size, 16)), 321)
+            p = np.array([per_token_acceptance(table2_tau(r, paths), TABLE2_DRAFT) for r in refs])
+            grid = self._grids[paths] = (refs, p)
+        return grid
+
+    def _member_matrix(self) -> np.ndarray:
+        if self._matrix is None:
+            n = self.state.n_requests
+            self._group_index = np.zeros(n, np.int64)
+            self._matrix = np.full((len(self._members), self._group_size), -1, np.int64)
+            for g, rows in enumerate(self._members.values()):
+                self._matrix[g, : len(rows)] = rows
+                self._group_index[rows] = g
+        return self._matrix
 
     # -------------------------------------------------------------------- history drafter
-    def _history(self, worker: Worker, rule: DraftRule, rids: np.ndarray, alpha: np.ndarray,
-                 gamma: np.ndarray, iterations: int) -> np.ndarray:
+    def _history(self, rule: DraftRule, rids: np.ndarray, gamma: np.ndarray, iterations: int) -> np.ndarray:
+        """Exact history drafting, one verify iteration at a time over all rows: the
+        verdicts are static, so each iteration only gathers from them."""
         n = len(rids)
         pos = self.state.generated[rids].astype(np.int64)
         end = np.array([self._end(int(r)) for r in rids.tolist()], np.int64)
-        if rule.aimd is not None:
-            w = np.array([self._stats(int(r)).window or rule.aimd.start for r in rids.tolist()], np.int64)
+        aimd = rule.aimd
+        if aimd is not None:
+            w = np.array([self._stats(int(r)).window or aimd.start for r in rids.tolist()], np.int64)
         else:
             w = gamma.copy()
-        if self.tokens is not None:
-            runs, anchors, offs = [], [], [0]
-            for r in rids.tolist():
-                run, anchor = self._static_verdicts(rule, r)
-                runs.append(run)
-                anchors.append(anchor)
-                offs.append(offs[-1] + len(run))
-            run_flat, anchor_flat = np.concatenate(runs), np.concatenate(anchors)
-            base = np.asarray(offs[:-1], np.int64)
-            last = np.asarray(offs[1:], np.int64) - 1
-        else:
-            p = np.clip(alpha.astype(np.float64), 0.0, _MAX_ACCEPT)
-            geo = worker.rng.geometric(1.0 - p[:, None], size=(n, iterations)) - 1
+        runs, anchors, offs = [], [], [0]
+        for r in rids.tolist():
+            run, anchor = self._static_verdicts(rule, r)
+            runs.append(run)
+            anchors.append(anchor)
+            offs.append(offs[-1] + len(run))
+        run_flat, anchor_flat = np.concatenate(runs), np.concatenate(anchors)
+        base = np.asarray(offs[:-1], np.int64)
+        last = np.asarray(offs[1:], np.int64) - 1
         out = np.ones((n, iterations), np.int16)
         pos_after = np.zeros((n, iterations), np.int64)
         drafted = np.zeros((n, iterations), np.int64)
         accepted = np.zeros((n, iterations), np.int64)
         win_after = np.zeros((n, iterations), np.int64)
-        live = np.ones(n, bool)
         used = 0
         for it in range(iterations):
-            live &= pos < end
+            live = pos < end
             if not live.any():
                 break
             used = it + 1
-            if self.tokens is not None:
-                at = np.minimum(base + pos, last)
-                acc = np.minimum(run_flat[at], w)
-                has = anchor_flat[at]
-                cont = anchor_flat[np.minimum(at + acc, last)]
-                d = np.where(has, np.where((acc == w) | cont, w, acc), 0)
-                acc = np.where(has, acc, 0)
-            else:
-                acc = np.minimum(geo[:, it], w)
-                d = w
-            emitted = np.where(live, 1 + acc, 1)
-            out[:, it] = emitted
-            drafted[:, it] = np.where(live, d, 0)
-            accepted[:, it] = np.where(live, acc, 0)
-            if rule.aimd is not None:
-                a = rule.aimd
-                full = (d > 0) & (acc == d)
-                rej = acc < d
-                w = np.where(live & full, np.minimum(w + a.step, a.maximum), np.where(live & rej, a.start, w))
-            pos = pos + np.where(live, emitted, 0)
+            at = np.minimum(base + pos, last)
+            has = anchor_flat[at] & live
+            acc = np.where(has, np.minimum(run_flat[at], w), 0)
+            # a draft that stops agreeing goes on to the full window unless the tree has no
+            # continuation where the agreement stopped (checked on the recorded tokens)
+            d = np.where(has, np.where((acc == w) | anchor_flat[np.minimum(at + acc, last)], w, acc), 0)
+            out[:, it] = acc + 1
+            drafted[:, it] = d
+            accepted[:, it] = acc
+            if aimd is not None:
+                w = np.where(has & (acc == d), np.minimum(w + aimd.step, aimd.maximum),
+                             np.where(acc < d, aimd.start, w))
+            pos += np.where(live, acc + 1, 0)
             pos_after[:, it] = pos
             win_after[:, it] = w
         for j, r in enumerate(rids.tolist()):
-            k = int(np.searchsorted(pos_after[j, :used], end[j], side="left")) + 1
-            k = min(k, used)
+            k = min(int(np.searchsorted(pos_after[j, :used], end[j], side="left")) + 1, used)
             self._remember(r, int(self.state.generated[r]), pos_after[j, :k], drafted[j, :k],
                            accepted[j, :k], win_after[j, :k])
         return out
