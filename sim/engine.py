@@ -359,11 +359,22 @@ class StepSimulation:
             )
 
     # --------------------------------------------------------------------- records
-    def record_segment(self, worker: Worker, t0: float, t1: float, iterations: int, plan: Plan) -> None:
+    def record_segment(
+        self, worker: Worker, t0: float, t1: float, iterations: int, plan: Plan, batch: int | None = None
+    ) -> None:
         st = self.state
         replicas = int((st.origin[plan.ids] != plan.ids).sum()) if len(st.origin) > st.n_requests else 0
         self.segments.append(
-            (worker.id, t0, t1, iterations, len(plan.ids), plan.kv_tokens, plan.spec_gamma_mean, replicas)
+            (
+                worker.id,
+                t0,
+                t1,
+                iterations,
+                batch if batch is not None else len(plan.ids),
+                plan.kv_tokens,
+                plan.spec_gamma_mean,
+                replicas,
+            )
         )
 
     # ------------------------------------------------------------------------- run

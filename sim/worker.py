@@ -45,6 +45,9 @@ class Plan:
     kv_tokens: int
     spec_gamma_mean: float
     cum: np.ndarray | None = None  # cumulative tokens per row over the block (speculative plans)
+    # Iterations (1-based, increasing, last = iterations) after which a request ends: the
+    # worker stops there to report it. Plain decoding plans several finishes at once.
+    stops: np.ndarray | None = None
     decoupled_rows: np.ndarray | None = None  # bool mask of decoupled rows (they sit out iterations)
 
     @property
@@ -75,6 +78,7 @@ class Worker:
         self._advancing = False
         self._applying = False
         self.disturbed = False  # a request left mid-block (migration): re-check ownership
+        self._dirty = False  # an action reached this worker while it applied progress
         self.proc = sim.env.process(self.run())
 
     # ---------------------------------------------------------------- queue management
@@ -93,7 +97,8 @@ class Worker:
     def poke(self) -> None:
         """Make the worker re-plan at its next iteration boundary (after an action)."""
         if self._applying:
-            return  # its own loop re-plans right after the current apply
+            self._dirty = True  # its own loop re-plans right after the current apply
+            return
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         elif self._advancing:
@@ -236,12 +241,15 @@ class Worker:
         spec_on = self._method_idx >= 0 or (self.sim.request_spec and bool(st.req_gamma[ids].any()))
         arrays = self._spec_arrays(ids) if spec_on else None
         if arrays is None or not arrays[1].any():
-            room = (self.kv_capacity - ctx0) // b
-            k = int(max(1, min(int(remaining.min()), cap, room)))
-            ctx = ctx0 + b * np.arange(k, dtype=np.float64)
-            t = np.asarray(cost.iteration_time(b, b, ctx), dtype=np.float64)
-            t[0] += prefill
-            return Plan(ids, np.cumsum(t), remaining, None, None, None, ctx0, 0.0)
+            if self.waiting_count or cfg.per_iteration:
+                # a finish may admit a waiting request: plan only up to the first finish
+                room = (self.kv_capacity - ctx0) // b
+                k = int(max(1, min(int(remaining.min()), cap, room)))
+                ctx = ctx0 + b * np.arange(k, dtype=np.float64)
+                t = np.asarray(cost.iteration_time(b, b, ctx), dtype=np.float64)
+                t[0] += prefill
+                return Plan(ids, np.cumsum(t), remaining, None, None, None, ctx0, 0.0)
+            return self._plan_plain_finishes(ids, remaining, cap, prefill)
         alpha, gamma, methods, window, topk, verify = arrays
         rows = gamma > 0
         exp = expected_tokens(alpha, gamma)
@@ -284,13 +292,41 @@ class Worker:
             decoupled_rows=dec if dec.any() else None,
         )
 
+    def _plan_plain_finishes(self, ids: np.ndarray, remaining: np.ndarray, cap: int, prefill: float) -> Plan:
+        """Plain decoding with nothing waiting: every running request gains one token per
+        iteration and the batch only shrinks as requests finish, so the whole sequence of
+        finishes (up to the block cap, a tick or a full KV cache) is one vectorised plan."""
+        st, cost = self.sim.state, self.sim.cost
+        order = np.argsort(remaining, kind="stable")
+        rem = remaining[order]
+        ctx_sorted = st.context(ids)[order].astype(np.float64)
+        k = int(min(int(rem[-1]), cap))
+        i = np.arange(k)
+        gone = np.searchsorted(rem, i, side="right")  # requests finished before iteration i
+        batch = len(ids) - gone
+        ctx_gone = np.concatenate([[0.0], np.cumsum(ctx_sorted)])[gone]
+        ctx = (ctx_sorted.sum() - ctx_gone) + batch * i
+        over = ctx + batch > self.kv_capacity
+        if over.any():
+            k = max(1, int(np.argmax(over)))
+            batch, ctx = batch[:k], ctx[:k]
+        t = np.asarray(
+            cost.iteration_time(batch.astype(np.float64), batch.astype(np.float64), ctx), np.float64
+        )
+        t[0] += prefill
+        stops = np.unique(np.minimum(rem[rem <= k], k))
+        if not len(stops) or stops[-1] != k:
+            stops = np.append(stops, k)
+        return Plan(ids, np.cumsum(t), remaining, None, None, None, int(ctx[0]), 0.0, stops=stops)
+
     # --------------------------------------------------------------------- applying
-    def apply(self, plan: Plan, done: int) -> None:
+    def apply(self, plan: Plan, done: int, pos: int = 0) -> None:
+        """Apply iterations pos..done of the plan (plain plans are applied stop by stop)."""
         st, sim = self.sim.state, self.sim
         ids = plan.ids
         self.prefill_tokens = 0
         if plan.tokens is None:
-            gained = np.minimum(done, plan.remaining)
+            gained = np.minimum(done, plan.remaining) - np.minimum(pos, plan.remaining)
         else:
             # No row reaches its dispatch end before the block's last column (see plan), so
             # every row ran `done` iterations; decoupled rows verified only where they emitted.
@@ -308,26 +344,30 @@ class Worker:
             st.drafted[sid] += iters[rows] * plan.gamma[rows]
             st.accepted[sid] += gained[rows] - iters[rows]
         st.generated[ids] += gained
-        left = plan.remaining - gained
+        left = plan.remaining - np.minimum(done, plan.remaining) if pos else plan.remaining - gained
         now = sim.env.now
-        sim.record_segment(self, now - float(plan.cum_s[done - 1]), now, done, plan)
-        self.iteration += done
+        t0 = now - float(plan.cum_s[done - 1] - (plan.cum_s[pos - 1] if pos else 0.0))
+        sim.record_segment(
+            self, t0, now, done - pos, plan, int((plan.remaining > pos).sum()) if pos else None
+        )
+        self.iteration += done - pos
         fired_tick = False
         if sim.policy.tick_iterations:
-            self._since_tick += done
+            self._since_tick += done - pos
             if self._since_tick >= sim.policy.tick_iterations:
                 self._since_tick = 0
                 fired_tick = True
-        ended = left <= 0
+        alive = left > 0
+        ended = ~alive & (plan.remaining > pos) if pos else ~alive  # ended in this stretch
         if self.disturbed:
             # A request migrated away mid-block finished its in-flight iteration here but no
             # longer belongs to this worker.
             self.disturbed = False
             mine = (st.worker[ids] == self.id) & (st.state[ids] == RUNNING)
             ended &= mine
-            self.running = ids[mine & ~ended]
-        elif ended.any():
-            self.running = ids[~ended]
+            self.running = ids[mine & alive]
+        elif ended.any() or pos:
+            self.running = ids[alive]
         for rid in ids[ended].tolist():
             sim.end_dispatch(rid, self, now)
         if fired_tick:
@@ -355,20 +395,30 @@ class Worker:
             self._preempt_for_room()
             plan = self.plan()
             start = sim.env.now
-            self._advancing = True
-            try:
-                yield sim.env.timeout(float(plan.cum_s[-1]))
-                done = plan.iterations
-            except simpy.Interrupt:
-                elapsed = sim.env.now - start
-                done = min(int(np.searchsorted(plan.cum_s, elapsed, side="left")) + 1, plan.iterations)
-                end = start + float(plan.cum_s[done - 1])
-                while sim.env.now < end:
-                    try:
-                        yield sim.env.timeout(end - sim.env.now)
-                    except simpy.Interrupt:
-                        pass
-            self._advancing = False
-            self._applying = True
-            self.apply(plan, done)
-            self._applying = False
+            stops = plan.stops.tolist() if plan.stops is not None else [plan.iterations]
+            pos = 0
+            for stop in stops:
+                self._advancing = True
+                interrupted = False
+                try:
+                    yield sim.env.timeout(start + float(plan.cum_s[stop - 1]) - sim.env.now)
+                    done = stop
+                except simpy.Interrupt:
+                    interrupted = True
+                    elapsed = sim.env.now - start
+                    done = min(int(np.searchsorted(plan.cum_s, elapsed, side="left")) + 1, plan.iterations)
+                    done = max(done, pos + 1)
+                    end = start + float(plan.cum_s[done - 1])
+                    while sim.env.now < end:
+                        try:
+                            yield sim.env.timeout(end - sim.env.now)
+                        except simpy.Interrupt:
+                            pass
+                self._advancing = False
+                self._applying = True
+                self._dirty = False
+                self.apply(plan, done, pos)
+                self._applying = False
+                pos = done
+                if interrupted or self._dirty or sim.done or done >= plan.iterations:
+                    break
