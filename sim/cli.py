@@ -17,12 +17,16 @@ main.add_command(trace_group)
 
 
 def _register() -> None:
+    from live.calibrate import calibrate_cmd
+    from live.cli import live_cmd
     from reports.cli import report_cmd
     from sim.replay_cli import policies_cmd, replay_cmd
 
     main.add_command(replay_cmd)
     main.add_command(policies_cmd)
     main.add_command(report_cmd)
+    main.add_command(live_cmd)
+    main.add_command(calibrate_cmd)
 
 
 _register()

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from policies.contract import SPEC_OFF, SpecConfig
-from traces.schema import accept_column
+from traces.schema import FILL_PREFIX, accept_column
 
 # Request states (int8 codes; names match RequestView.state).
 UNASSIGNED, WAITING, RUNNING, FINISHED, DEFERRED, CANCELLED = range(6)
@@ -31,8 +31,10 @@ class StepState:
     target_len: np.ndarray  # response_len from the trace: what the request will generate
     max_tokens: np.ndarray
     accept: dict[str, np.ndarray]  # method -> per-request acceptance probability
+    fills: dict[str, np.ndarray] = field(default_factory=dict)  # method -> share of draft slots filled
     methods: list[str] = field(init=False)  # column order of accept_mat
     accept_mat: np.ndarray = field(init=False)  # (n, methods) acceptance probabilities
+    fill_mat: np.ndarray = field(init=False)  # (n, methods) share of draft slots filled (1 = all)
     req_method: np.ndarray = field(init=False)  # per-request override: index into methods, -1 none
     req_gamma: np.ndarray = field(init=False)  # per-request override draft length, 0 = none
     req_window: np.ndarray = field(init=False)  # decoupled draft window, 0 = coupled
@@ -75,6 +77,11 @@ class StepState:
         self.accept_mat = (
             np.column_stack([self.accept[m] for m in self.methods]) if self.methods else np.zeros((n, 0))
         )
+        self.fill_mat = (
+            np.column_stack([self.fills.get(m, np.ones(n)) for m in self.methods])
+            if self.methods
+            else np.ones((n, 0))
+        )
         self.req_method = np.full(n, -1, np.int16)
         self.req_gamma = np.zeros(n, np.int16)
         self.req_window = np.zeros(n, np.int16)
@@ -103,6 +110,7 @@ class StepState:
         "preemptions",
         "dispatches",
         "accept_mat",
+        "fill_mat",
         "req_method",
         "req_gamma",
         "req_window",
@@ -155,6 +163,9 @@ class StepState:
             for c in df.columns
             if c.startswith("accept_") and c == accept_column(c[len("accept_") :])
         }
+        fills = {
+            c[len(FILL_PREFIX) :]: df[c].to_numpy(np.float64) for c in df.columns if c.startswith(FILL_PREFIX)
+        }
         epoch = int(df["epoch"].iat[0]) if "epoch" in df.columns and len(df) else 0
         return cls(
             step=step,
@@ -165,6 +176,7 @@ class StepState:
             target_len=df["response_len"].to_numpy(np.int64),
             max_tokens=df["max_tokens"].to_numpy(np.int64),
             accept=accept,
+            fills=fills,
         )
 
     def context(self, ids: np.ndarray) -> np.ndarray:

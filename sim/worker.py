@@ -274,7 +274,10 @@ class Worker:
         if over.any():
             k = max(1, int(np.argmax(over)))
             ctx = ctx[:k]
-        new_tokens = int((np.where(gamma > 0, verify, 0) + 1).sum())
+        # verification covers the draft slots the drafter filled (model-free drafters
+        # propose nothing where no n-gram matches)
+        fill = st.fill_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(b)
+        new_tokens = round(float((np.where(gamma > 0, verify * fill, 0) + 1).sum()))
         verify = np.asarray(cost.iteration_time(b, new_tokens, ctx), dtype=np.float64)
         coupled, decoupled = self._draft_times(ids, methods, gamma, window, topk, ctx)
         t = np.maximum(verify, decoupled) + coupled

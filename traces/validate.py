@@ -17,6 +17,7 @@ from traces.io import Trace, TraceError, open_parquet, read_meta, read_trace
 from traces.schema import (
     ACCEPT_PREFIX,
     BUCKET_SUFFIX,
+    FILL_PREFIX,
     FINISH_REASONS,
     REQUIRED_COLUMNS,
     SCHEMA_VERSION,
@@ -135,12 +136,12 @@ def _check_groups(df: pd.DataFrame, meta_group_size: int) -> Iterator[str]:
 
 def _check_acceptance(trace: Trace) -> Iterator[str]:
     for name in trace.df.columns:
-        if not name.startswith(ACCEPT_PREFIX):
+        if not name.startswith((ACCEPT_PREFIX, FILL_PREFIX)):
             continue
         v = trace.df[name].to_numpy(dtype=np.float64)
         bad = ~((v >= 0.0) & (v <= 1.0))  # NaN fails too
         if bad.any():
-            yield f"column '{name}': acceptance must be in [0, 1]: {_rows(bad, v)}"
+            yield f"column '{name}': must be a fraction in [0, 1]: {_rows(bad, v)}"
     for name, arr in trace.lists.items():
         if not (name.startswith(ACCEPT_PREFIX) and name.endswith(BUCKET_SUFFIX)):
             continue

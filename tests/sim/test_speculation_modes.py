@@ -158,3 +158,13 @@ def test_cancel_stops_a_replica() -> None:
     run = _run(CancelReplica(), make_trace(df))
     assert run.counters["cancelled"] >= 1
     assert run.steps[0].output_tokens == 4 * 2000
+
+
+def test_verification_is_charged_only_for_filled_draft_slots() -> None:
+    df = make_frame(np.full(32, 1500), accept={"ngram": 0.3})
+    full = _run(OneWorkerSpec(SpecConfig("ngram", gamma=8)), make_trace(df))
+    df["draft_fill_ngram"] = np.float32(0.1)
+    sparse = _run(OneWorkerSpec(SpecConfig("ngram", gamma=8)), make_trace(df))
+    # same acceptance process, cheaper verification iterations
+    assert sparse.steps[0].mean_accept_len == pytest.approx(full.steps[0].mean_accept_len, rel=0.05)
+    assert sparse.steps[0].rollout_makespan_s < full.steps[0].rollout_makespan_s

@@ -1,0 +1,391 @@
+"""Turning live step records into the project's artefacts: a trace in the schema of
+traces/schema.py (source "live") and a run directory with the same files and keys as
+`simctl replay --out`, so `simctl replay` and `simctl report` read live runs unchanged.
+
+Metrics are the simulator's own functions (sim/metrics.py); only their inputs differ.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from live.acceptance import fit_alpha, replay_model_free
+from live.drafters import MODEL_FREE
+from live.executor import Overhead, StepRecord
+from live.state import LiveRequest
+from live.workload import Workload
+from sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
+from sim.step_time import PostRollout, step_time
+from traces.io import atomic_write, write_trace
+from traces.schema import TraceMeta, accept_column
+
+LENT_ROLES = {"drafter", "verifier", "spot-trainer", "trainer"}
+TIMELINE_COLUMNS = ["worker", "t0_s", "t1_s", "iterations", "batch", "kv_tokens", "gamma_mean"]
+DEFAULT_GAMMA = 4  # draft length for offline acceptance of methods no policy ran
+# Not (yet) a schema column: validation ignores unknown columns and the simulator does not
+# read it; see live.acceptance for why it is recorded.
+FILL_PREFIX = "draft_fill_"
+
+
+@dataclass
+class PolicyRun:
+    """One policy's live run over the workload."""
+
+    name: str
+    params: dict
+    records: list[StepRecord] = field(default_factory=list)
+    approximated: Counter[str] = field(default_factory=Counter)
+    overhead: Overhead = field(default_factory=Overhead)
+    wall_s: float = 0.0
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _role_seconds(
+    roles: list[tuple[int, float, str]], n_workers: int, makespan: float, wanted: set[str]
+) -> np.ndarray:
+    out = np.zeros(n_workers)
+    current: dict[int, tuple[float, str]] = {}
+    for w, t, role in roles:
+        if w in current and current[w][1] in wanted:
+            out[w] += max(0.0, min(t, makespan) - current[w][0])
+        current[w] = (t, role)
+    for w, (t, role) in current.items():
+        if role in wanted:
+            out[w] += max(0.0, makespan - t)
+    return out
+
+
+def step_metrics(rec: StepRecord, n_workers: int, workload: Workload) -> StepMetrics:
+    """The simulator's per-step metrics over measured times. Step time: the makespan plus
+    the trace's non-rollout timing when the workload came from a trace that has it (no
+    training runs live)."""
+    makespan = rec.makespan_s
+    reqs = rec.requests[: rec.n_requests]
+    done = [r for r in reqs if r.finish_s is not None and r.finish_s <= makespan + 1e-12]
+    finish = np.array([r.finish_s for r in reqs if r.state == "finished"] or [], dtype=np.float64)
+    finish = finish[finish <= makespan + 1e-12]
+    busy = np.zeros(n_workers)
+    for w, t0, t1, *_ in rec.segments:
+        busy[w] += max(0.0, min(t1, makespan) - min(t0, makespan))
+    gpus = np.ones(n_workers)
+    lent = _role_seconds(rec.roles, n_workers, makespan, LENT_ROLES)
+    trainer = _role_seconds(rec.roles, n_workers, makespan, {"trainer"})
+    t = workload.timing
+    post = PostRollout(
+        t.reward_s or 0.0, t.train_s or 0.0, t.weight_sync_s or 0.0, "trace" if t.train_s else "none"
+    )
+    tokens = sum(r.generated for r in done)
+    return StepMetrics(
+        step=rec.step,
+        rollout_makespan_s=makespan,
+        step_time_s=step_time(makespan, post, float(trainer.sum()), n_workers),
+        output_tokens=int(tokens),
+        throughput_tok_s=tokens / makespan if makespan > 0 else 0.0,
+        tail_time_s=tail_time(finish, makespan),
+        gpu_idle_fraction=idle_fraction(busy, lent, gpus, makespan),
+        mean_accept_len=accept_len(
+            np.array([r.spec_tokens for r in rec.requests]), np.array([r.spec_iters for r in rec.requests])
+        ),
+    )
+
+
+def policy_summary(run: PolicyRun, n_workers: int, workload: Workload) -> dict[str, Any]:
+    steps = [step_metrics(r, n_workers, workload) for r in run.records if r.complete]
+    counters: Counter[str] = Counter()
+    for r in run.records:
+        counters.update(r.counters)
+    mk = [s.rollout_makespan_s for s in steps]
+    st = [s.step_time_s for s in steps]
+    ov = run.overhead
+    return {
+        "steps": [s.to_dict() for s in steps],
+        "mean_rollout_makespan_s": float(np.mean(mk)) if mk else 0.0,
+        "mean_step_time_s": float(np.mean(st)) if st else 0.0,
+        "sim_wall_s": run.wall_s,
+        "events": int(sum(r.events for r in run.records)),
+        "counters": {k: int(v) for k, v in counters.items()},
+        "params": run.params,
+        "approximated": dict(run.approximated),
+        "overhead": {
+            "engine_s": ov.engine_s,
+            "policy_s": ov.policy_s,
+            "bookkeeping_s": ov.bookkeeping_s,
+            "fraction_of_engine": ov.fraction,
+        },
+        "wall_s": run.wall_s,
+        **({"error": run.error} if run.error else {}),
+    }
+
+
+# ----------------------------------------------------------------------------- trace
+
+
+def _recordable(rec: StepRecord) -> list[LiveRequest]:
+    """Finished requests of whole groups (a partial step keeps its complete groups, so the
+    trace still has equal group sizes)."""
+    reqs = rec.requests[: rec.n_requests]
+    if rec.complete:
+        return [r for r in reqs if r.state == "finished" and r.generated > 0]
+    groups: dict[int, list[LiveRequest]] = {}
+    for r in reqs:
+        groups.setdefault(r.spec_in.prompt_id, []).append(r)
+    return [
+        r for rs in groups.values() if all(x.state == "finished" and x.generated > 0 for x in rs) for r in rs
+    ]
+
+
+def _acceptance(
+    runs: list[PolicyRun], base: list[list[LiveRequest]], offline: bool
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(accept_<method>, draft_fill_<method>) per recorded row (units: live.acceptance)."""
+    by_key: dict[tuple[int, int, int], list[LiveRequest]] = {}
+    for run in runs:
+        for rec in run.records:
+            for r in rec.requests:
+                by_key.setdefault((rec.step, r.spec_in.prompt_id, r.spec_in.sample), []).append(r)
+    flat = [(step_rows[0], r) for step_rows in base for r in step_rows[1:]]  # (step, request)
+    methods = sorted({m for rs in by_key.values() for r in rs for m in r.by_method})
+    if offline:
+        methods = sorted({*methods, *MODEL_FREE})
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for m in methods:
+        vals = np.full(len(flat), np.nan)
+        fill = np.full(len(flat), np.nan)
+        gammas = []
+        for i, (step, r) in enumerate(flat):
+            stats = [
+                x.by_method[m]
+                for x in by_key[(step, r.spec_in.prompt_id, r.spec_in.sample)]
+                if m in x.by_method
+            ]
+            it = sum(s.iterations for s in stats)
+            if it:
+                tok = sum(s.tokens for s in stats)
+                gamma = sum(s.gamma_sum for s in stats) / it
+                gammas.append(gamma)
+                vals[i] = fit_alpha(tok, it, gamma)
+                fill[i] = min(1.0, sum(s.drafted for s in stats) / max(1, sum(s.gamma_sum for s in stats)))
+        missing = np.isnan(vals)
+        if missing.any() and m in MODEL_FREE:
+            gamma = round(float(np.mean(gammas))) if gammas else DEFAULT_GAMMA
+            for i in np.flatnonzero(missing):
+                step, r = flat[i]
+                sibs = [(s.spec_in.prompt, s.tokens) for s in _siblings(base, step, r)]
+                tok, it, drafted = replay_model_free(m, r.spec_in.prompt, r.tokens, sibs, gamma)
+                vals[i] = fit_alpha(tok, it, gamma)
+                fill[i] = min(1.0, drafted / max(1, gamma * it))
+        elif missing.any():
+            vals[missing] = float(np.nanmean(vals)) if (~missing).any() else 0.0
+            fill[missing] = float(np.nanmean(fill)) if (~missing).any() else 1.0
+        out[m] = (vals.astype(np.float32), fill.astype(np.float32))
+    return out
+
+
+def _siblings(base: list[list], step: int, r: LiveRequest) -> list[LiveRequest]:
+    for rows in base:
+        if rows[0] == step:
+            return [x for x in rows[1:] if x.spec_in.prompt_id == r.spec_in.prompt_id and x is not r]
+    return []
+
+
+def trace_table(
+    runs: list[PolicyRun], workload: Workload, *, offline_acceptance: bool = True
+) -> tuple[pd.DataFrame, dict[str, pa.Array]]:
+    """Rows of the first policy's run (the recorded outputs) with acceptance from all runs."""
+    first = runs[0]
+    epochs = {s.step: s.epoch for s in workload.steps}
+    base = [[rec.step, *_recordable(rec)] for rec in first.records]
+    rows = [(step_rows[0], r) for step_rows in base for r in step_rows[1:]]
+    df = pd.DataFrame(
+        {
+            "step": np.array([s for s, _ in rows], np.int32),
+            "prompt_id": np.array([r.spec_in.prompt_id for _, r in rows], np.int64),
+            "sample": np.array([r.spec_in.sample for _, r in rows], np.int32),
+            "prompt_len": np.array([r.prompt_len for _, r in rows], np.int32),
+            "response_len": np.array([r.generated for _, r in rows], np.int32),
+            "max_tokens": np.array([max(r.spec_in.max_tokens, r.generated) for _, r in rows], np.int32),
+            "finish_reason": [r.finish_reason or "length" for _, r in rows],
+            "epoch": np.array([epochs.get(s, 0) for s, _ in rows], np.int32),
+            "worker": np.array([-1 if r.worker is None else r.worker for _, r in rows], np.int32),
+            "submit_s": np.array([r.submit_s if r.submit_s is not None else np.nan for _, r in rows]),
+            "first_token_s": np.array(
+                [r.first_token_s if r.first_token_s is not None else np.nan for _, r in rows]
+            ),
+            "finish_s": np.array([r.finish_s for _, r in rows], np.float64),
+        }
+    )
+    for m, (vals, fill) in _acceptance(runs, base, offline_acceptance).items():
+        df[accept_column(m)] = vals
+        df[f"{FILL_PREFIX}{m}"] = fill
+    lists = {
+        "prompt_tokens": pa.array([list(r.spec_in.prompt) for _, r in rows], type=pa.list_(pa.int32())),
+        "response_tokens": pa.array([r.tokens for _, r in rows], type=pa.list_(pa.int32())),
+    }
+    return df, lists
+
+
+def write_recording(
+    path: Path,
+    runs: list[PolicyRun],
+    workload: Workload,
+    meta_fields: dict[str, Any],
+    *,
+    offline_acceptance: bool = True,
+) -> Path:
+    df, lists = trace_table(runs, workload, offline_acceptance=offline_acceptance)
+    if not len(df):
+        raise ValueError("no complete group of requests finished")
+    meta = TraceMeta(
+        model=str(meta_fields.get("model", "unknown")),
+        hardware=str(meta_fields.get("hardware", "cpu")),
+        temperature=float(meta_fields.get("temperature", 1.0)),
+        group_size=workload.group_size,
+        preset=None,
+        seed=meta_fields.get("seed"),
+        source="live",
+        timing=workload.timing,
+        notes={
+            **{k: v for k, v in meta_fields.items() if k not in ("model", "hardware", "temperature", "seed")},
+            "recorded_policy": runs[0].name,
+            "acceptance": "accept_<method>: per-token probability fitted to the observed tokens per "
+            "speculative iteration (sim/acceptance.py model); model-free methods a policy did not run "
+            "are replayed offline over response_tokens (exact under exact-match verification)",
+            "workload": workload.source,
+        },
+    )
+    return write_trace(path, df, meta, lists)
+
+
+# ------------------------------------------------------------------------ run directory
+
+
+def requests_frame(run: PolicyRun) -> pd.DataFrame:
+    """One row per request; its Fastest-of-N replicas' counters are added to it (as the
+    simulator's requests table does)."""
+    frames = []
+    for rec in run.records:
+        rs = rec.requests[: rec.n_requests]
+        extra = {
+            k: np.zeros(len(rs), np.int64)
+            for k in ("dispatches", "drafted", "accepted", "spec_iters", "replicas")
+        }
+        for r in rec.requests[rec.n_requests :]:
+            for k in ("dispatches", "drafted", "accepted", "spec_iters"):
+                extra[k][r.origin] += getattr(r, k)
+            extra["replicas"][r.origin] += 1
+        frames.append(
+            pd.DataFrame(
+                {
+                    "policy": run.name,
+                    "step": np.int32(rec.step),
+                    "request": np.array([r.id for r in rs], np.int32),
+                    "prompt_id": np.array([r.spec_in.prompt_id for r in rs], np.int64),
+                    "sample": np.array([r.spec_in.sample for r in rs], np.int32),
+                    "worker": np.array([-1 if r.worker is None else r.worker for r in rs], np.int32),
+                    "prompt_len": np.array([r.prompt_len for r in rs], np.int64),
+                    "response_len": np.array([r.generated for r in rs], np.int64),
+                    "finish_s": np.array([np.nan if r.finish_s is None else r.finish_s for r in rs]),
+                    "preemptions": np.zeros(len(rs), np.int32),
+                    "dispatches": np.array([r.dispatches for r in rs], np.int32)
+                    + extra["dispatches"].astype(np.int32),
+                    "drafted": np.array([r.drafted for r in rs], np.int64) + extra["drafted"],
+                    "accepted": np.array([r.accepted for r in rs], np.int64) + extra["accepted"],
+                    "spec_iters": np.array([r.spec_iters for r in rs], np.int64) + extra["spec_iters"],
+                    "replicas": extra["replicas"].astype(np.int32),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def timeline_frame(run: PolicyRun) -> pd.DataFrame:
+    frames = [
+        pd.DataFrame(rec.segments, columns=TIMELINE_COLUMNS).assign(policy=run.name, step=np.int32(rec.step))
+        for rec in run.records
+    ]
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=TIMELINE_COLUMNS)
+    return df.astype({"worker": np.int32, "iterations": np.int64, "batch": np.int64, "kv_tokens": np.int64})
+
+
+def roles_frame(run: PolicyRun) -> pd.DataFrame:
+    frames = [
+        pd.DataFrame(rec.roles, columns=["worker", "time_s", "role"]).assign(policy=run.name, step=rec.step)
+        for rec in run.records
+    ]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def run_document(
+    runs: list[PolicyRun],
+    workload: Workload,
+    *,
+    trace_path: Path | None,
+    trace_meta: dict[str, Any] | None,
+    n_workers: int,
+    seed: int,
+    cluster_label: str,
+    provenance: dict[str, Any],
+) -> dict[str, Any]:
+    approximated: Counter[str] = Counter()
+    for run in runs:
+        approximated.update(run.approximated)
+    return {
+        "trace": str(trace_path) if trace_path else "",
+        "cluster": cluster_label,
+        "seed": seed,
+        "policies": {run.name: policy_summary(run, n_workers, workload) for run in runs},
+        "approximated": dict(approximated),
+        "provenance": {
+            "simctl_version": version("simctl"),
+            "command": shlex.join(["simctl", *sys.argv[1:]]),
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "source": "live",
+            "trace_meta": trace_meta or {},
+            "steps": [s.step for s in workload.steps],
+            **provenance,
+        },
+    }
+
+
+def write_json(path: Path, doc: dict) -> None:
+    text = json.dumps(doc, indent=1, allow_nan=False, default=_json_default)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def _json_default(x: object) -> object:
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    return str(x)
+
+
+def write_run_dir(out: Path, doc: dict, runs: list[PolicyRun]) -> None:
+    """run.json + requests/timeline/roles Parquet, each written atomically; run.json last,
+    so a directory with a run.json always has its tables."""
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {
+        "requests.parquet": [requests_frame(r) for r in runs],
+        "timeline.parquet": [timeline_frame(r) for r in runs],
+        "roles.parquet": [roles_frame(r) for r in runs],
+    }
+    for name, frames in tables.items():
+        frames = [f for f in frames if len(f)]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        atomic_write(out / name, lambda tmp, df=df: df.to_parquet(tmp, index=False))
+    write_json(out / "run.json", doc)

