@@ -25,7 +25,7 @@ from sim.drafter_training import (
 from sim.engine import EngineConfig, StepSimulation
 from sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
 from sim.models import ModelSpec
-from sim.state import StepState
+from sim.state import DEFERRED, StepState
 from sim.step_time import post_rollout_time, step_time
 from sim.token_replay import StepReplay, TraceTokens
 from traces.io import Trace
@@ -102,9 +102,10 @@ def run_policy(
     spot_gpu_s: list[float] = []  # per finished step: GPU-seconds spent training the drafter
     info = setup.info()
     tokens = TraceTokens(setup.trace) if setup.trace.has_tokens() else None
+    carry = pd.DataFrame()  # requests deferred by the previous step, with their tokens so far
     for step, frame in _step_frames(setup).items():
         t0 = time.perf_counter()
-        state = StepState.from_frame(frame, step)
+        frame, state = _with_carried(frame, carry, step)
         _age_drafter(state, spot_gpu_s, setup.drafter_params)
         sim = StepSimulation(
             state,
@@ -131,9 +132,30 @@ def run_policy(
             pd.DataFrame(sim.roles, columns=["worker", "time_s", "role"]).assign(policy=run.name, step=step)
         )
         _extend_history(history, frame)
+        carry = _deferred(frame, state)
         if on_step:
             on_step(run.name, step)
     return run
+
+
+CARRIED = "_carried_generated"
+
+
+def _with_carried(frame: pd.DataFrame, carry: pd.DataFrame, step: int) -> tuple[pd.DataFrame, StepState]:
+    """Requests deferred by the previous step (RhymeRL's inter-step migration) join this
+    step with the tokens they had; their KV is recomputed on admission."""
+    if not len(carry):
+        return frame, StepState.from_frame(frame, step)
+    merged = pd.concat([frame, carry.drop(columns=CARRIED)])
+    state = StepState.from_frame(merged, step)
+    state.generated[len(frame) :] = carry[CARRIED].to_numpy(np.int64)
+    state.start_generated = state.generated.copy()
+    return merged, state
+
+
+def _deferred(frame: pd.DataFrame, state: StepState) -> pd.DataFrame:
+    idx = np.flatnonzero(state.state[: state.n_requests] == DEFERRED)
+    return frame.iloc[idx].assign(**{CARRIED: state.generated[idx]})
 
 
 def _age_drafter(state: StepState, spot_gpu_s: list[float], params: DrafterTrainingParams) -> None:
@@ -177,7 +199,8 @@ def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makes
     lent = _role_seconds(sim, makespan, LENT_ROLES)
     trainer = _role_seconds(sim, makespan, {"trainer"})
     n = st.n_requests
-    tokens = int(st.target_len[:n][~np.isnan(st.finish_s[:n])].sum())
+    done = ~np.isnan(st.finish_s[:n])
+    tokens = int((st.target_len[:n] - st.start_generated[:n])[done].sum())
     post = post_rollout_time(
         setup.trace.meta.timing_for(st.step),
         tokens=int(st.target_len[:n].sum() + st.prompt_len[:n].sum()),

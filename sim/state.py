@@ -43,6 +43,7 @@ class StepState:
     origin: np.ndarray = field(init=False)  # the request a row serves (replica rows > n_requests)
     n_requests: int = field(init=False)  # rows below this are the step's requests
     generated: np.ndarray = field(init=False)
+    start_generated: np.ndarray = field(init=False)
     worker: np.ndarray = field(init=False)
     state: np.ndarray = field(init=False)
     dispatch_end: np.ndarray = field(init=False)  # `generated` value at which this dispatch ends
@@ -60,6 +61,7 @@ class StepState:
     def __post_init__(self) -> None:
         n = len(self.prompt_id)
         self.generated = np.zeros(n, np.int64)
+        self.start_generated = np.zeros(n, np.int64)  # tokens a carried-over request already had
         self.worker = np.full(n, -1, np.int32)
         self.state = np.zeros(n, np.int8)
         self.dispatch_end = self.target_len.astype(np.int64).copy()
@@ -97,6 +99,7 @@ class StepState:
         "target_len",
         "max_tokens",
         "generated",
+        "start_generated",
         "worker",
         "state",
         "dispatch_end",
