@@ -77,10 +77,10 @@ def main() -> None:
     ap.add_argument(
         "--scale-per-iteration",
         type=float,
-        default=1 / 16,
+        default=0.25,
         help="batch scale for the per-iteration comparison (it is slow)",
     )
-    ap.add_argument("--cluster-scaled", default="h100x32", help="cluster for the scaled comparison")
+    ap.add_argument("--cluster-scaled", default="h100x128", help="cluster for the scaled comparison")
     args = ap.parse_args()
     full = measure(args.preset, 1.0, "h100x512", "verl", False)
     print(
