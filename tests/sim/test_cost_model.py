@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -150,14 +149,15 @@ def test_arrays_match_scalar_loops() -> None:
         np.testing.assert_allclose(vec, loop, rtol=1e-9)
 
 
-def test_broadcasting_and_speed() -> None:
+def test_broadcasting_over_many_contexts() -> None:
+    """The engine passes thousands of contexts per call: one vectorised evaluation, monotone in
+    context, for dense and MoE models (speed is measured by bench/bench_sim.py, not here)."""
     ctx = np.arange(100_000, dtype=np.float64) * 16
     t = Q32_H100_TP4.iteration_time(64, 64, ctx)
     assert t.shape == ctx.shape and np.all(np.diff(t) >= 0)
-    start = time.perf_counter()
-    for _ in range(5):
-        MOE_H100_TP8.iteration_time(64, 320, ctx)
-    assert (time.perf_counter() - start) / 5 < 0.1
+    moe = MOE_H100_TP8.iteration_time(64, 320, ctx)
+    assert moe.shape == ctx.shape and np.all(np.diff(moe) >= 0)
+    assert float(moe[-1]) == pytest.approx(float(MOE_H100_TP8.iteration_time(64, 320, float(ctx[-1]))))
 
 
 # --------------------------------------------------------------------------- profiles
