@@ -360,7 +360,7 @@ class StepSimulation:
 
     # --------------------------------------------------------------------- records
     def record_segment(
-        self, worker: Worker, t0: float, t1: float, iterations: int, plan: Plan, batch: int | None = None
+        self, worker: Worker, t0: float, t1: float, iterations: int, plan: Plan, batch: int
     ) -> None:
         st = self.state
         replicas = int((st.origin[plan.ids] != plan.ids).sum()) if len(st.origin) > st.n_requests else 0
@@ -370,7 +370,7 @@ class StepSimulation:
                 t0,
                 t1,
                 iterations,
-                batch if batch is not None else len(plan.ids),
+                batch,
                 plan.kv_tokens,
                 plan.spec_gamma_mean,
                 replicas,

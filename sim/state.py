@@ -143,10 +143,6 @@ class StepState:
         self.spec.append(self.spec[rid])
         return new
 
-    def rows_of(self, request: int) -> np.ndarray:
-        """All rows serving `request` (itself and its replicas)."""
-        return np.flatnonzero(self.origin == request)
-
     def method_index(self, method: str) -> int:
         """Column of `method` in accept_mat; KeyError when the trace lacks it."""
         return self.methods.index(method) if method in self.methods else self._missing(method)

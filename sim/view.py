@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from policies.contract import (
     Capability,
     ModelInfo,
@@ -14,7 +12,7 @@ from policies.contract import (
     RequestView,
     WorkerView,
 )
-from sim.state import FINISHED, STATE_NAMES
+from sim.state import STATE_NAMES
 
 if TYPE_CHECKING:
     from sim.engine import StepSimulation
@@ -109,7 +107,3 @@ class SimView:
 
     def oracle_length(self, request: int) -> int:
         return int(self._sim.state.target_len[request])
-
-    def finished_mask(self) -> np.ndarray:
-        """Simulator-only convenience for tests: which requests are done."""
-        return self._sim.state.state == FINISHED

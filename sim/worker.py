@@ -329,12 +329,13 @@ class Worker:
         ids = plan.ids
         self.prefill_tokens = 0
         if plan.tokens is None:
-            gained = np.minimum(done, plan.remaining) - np.minimum(pos, plan.remaining)
+            progress = np.minimum(done, plan.remaining)  # tokens since the plan started
+            gained = progress - np.minimum(pos, plan.remaining)
         else:
             # No row reaches its dispatch end before the block's last column (see plan), so
             # every row ran `done` iterations; decoupled rows verified only where they emitted.
             assert plan.cum is not None
-            gained = np.minimum(plan.cum[:, done - 1], plan.remaining)
+            progress = gained = np.minimum(plan.cum[:, done - 1], plan.remaining)
             rows = plan.spec_rows
             assert rows is not None and plan.gamma is not None
             iters = np.full(len(ids), done, np.int64)
@@ -347,12 +348,10 @@ class Worker:
             st.drafted[sid] += iters[rows] * plan.gamma[rows]
             st.accepted[sid] += gained[rows] - iters[rows]
         st.generated[ids] += gained
-        left = plan.remaining - np.minimum(done, plan.remaining) if pos else plan.remaining - gained
+        left = plan.remaining - progress
         now = sim.env.now
         t0 = now - float(plan.cum_s[done - 1] - (plan.cum_s[pos - 1] if pos else 0.0))
-        sim.record_segment(
-            self, t0, now, done - pos, plan, int((plan.remaining > pos).sum()) if pos else None
-        )
+        sim.record_segment(self, t0, now, done - pos, plan, int((plan.remaining > pos).sum()))
         self.iteration += done - pos
         fired_tick = False
         if sim.policy.tick_iterations:
@@ -361,7 +360,7 @@ class Worker:
                 self._since_tick = 0
                 fired_tick = True
         alive = left > 0
-        ended = ~alive & (plan.remaining > pos) if pos else ~alive  # ended in this stretch
+        ended = ~alive & (plan.remaining > pos)  # ended in this stretch
         if self.disturbed:
             # A request migrated away mid-block finished its in-flight iteration here but no
             # longer belongs to this worker.
@@ -369,7 +368,7 @@ class Worker:
             mine = (st.worker[ids] == self.id) & (st.state[ids] == RUNNING)
             ended &= mine
             self.running = ids[mine & alive]
-        elif ended.any() or pos:
+        elif ended.any():
             self.running = ids[alive]
         for rid in ids[ended].tolist():
             sim.end_dispatch(rid, self, now)
