@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 RequestId = int
 WorkerId = int
@@ -214,10 +214,11 @@ class Defer(Action):
 # ------------------------------------------------------------------------------ views
 
 
-@dataclass(frozen=True)
-class RequestView:
+class RequestView(NamedTuple):
     """A request as a policy may see it. `length` is known only after it finished, except to
-    oracle policies that read `view.oracle_length`."""
+    oracle policies that read `view.oracle_length`. A named tuple: policies read thousands
+    of these per simulated step, and a tuple is built several times faster than a frozen
+    dataclass."""
 
     id: RequestId
     prompt_id: int

@@ -192,6 +192,8 @@ class RankingGroup:
     threshold: float = float("inf")  # generated length beyond which a tail request is an outlier
     unfinished: int = 0
     rank: int = 0  # 0 = shortest
+    # unfinished requests in placement order (the outlier scan reads only these)
+    open: dict[RequestId, None] = field(default_factory=dict)
 
 
 class HistoPipe(Policy):
@@ -246,6 +248,7 @@ class HistoPipe(Policy):
             if g is None:
                 return []
             self._groups[g].unfinished -= 1
+            self._groups[g].open.pop(event.request, None)
             return self._outliers(g, view)
         if isinstance(event, Tick):
             g = self._worker_group.get(event.worker)
@@ -283,6 +286,7 @@ class HistoPipe(Policy):
                     out.append(Assign(request=rid, worker=group.workers[b]))
                     group.requests.append(rid)
             group.unfinished = len(group.requests)
+            group.open = dict.fromkeys(group.requests)
             idx = len(self._groups)
             self._groups.append(group)
             for rid in group.requests:
@@ -323,7 +327,7 @@ class HistoPipe(Policy):
         if group.unfinished > self.alpha * len(group.requests) or group.unfinished <= 0:
             return []
         out: list[Action] = []
-        for rid in group.requests:
+        for rid in group.open:
             if rid in self._migrated:
                 continue
             req = view.request(rid)

@@ -148,6 +148,14 @@ class StepSimulation:
             return replay.spec_tokens(self, worker, rids, methods, alpha, gamma, iterations)
         return sample_tokens(worker.rng, alpha, gamma, iterations)
 
+    @property
+    def replan_at_tick(self) -> bool:
+        """Whether workers must re-plan at every policy tick rather than only stop there: a
+        grouped drafter's siblings' tokens become visible when a worker re-plans (Seer's
+        periodic fetch), so its blocks end at the tick."""
+        replay = getattr(self, "token_replay", None)
+        return replay is not None and replay.fetches_on_replan
+
     def drafter_for(self, method: str) -> str:
         try:
             return DRAFTERS[method]

@@ -274,6 +274,10 @@ class StepReplay:
         self._matrix: np.ndarray | None = None
         self._group_index = np.zeros(0, np.int64)
 
+    @property
+    def fetches_on_replan(self) -> bool:
+        return any(r.source == "group" for r in self.rules.values())
+
     # ------------------------------------------------------------------------ entry point
     def spec_tokens(
         self,

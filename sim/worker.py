@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 # A fast-forward block never plans more iterations than this (bounds memory of the
 # sampled acceptance matrix; the loop simply plans again).
 MAX_BLOCK_ITERATIONS = 4096
+# A speculative block that plans through several finishes samples at most this many
+# (request, iteration) outcomes: the horizon shrinks with the batch.
+SPEC_BLOCK_CELLS = 1 << 19
 
 
 @dataclass
@@ -49,6 +52,9 @@ class Plan:
     # worker stops there to report it. Plain decoding plans several finishes at once.
     stops: np.ndarray | None = None
     decoupled_rows: np.ndarray | None = None  # bool mask of decoupled rows (they sit out iterations)
+    # Speculative plans: the 0-based column in which each row reaches its dispatch end
+    # (`iterations` if it does not within the block); a row takes part up to that column.
+    finish: np.ndarray | None = None
 
     @property
     def iterations(self) -> int:
@@ -187,36 +193,45 @@ class Worker:
         return alpha, gamma, method, window, topk, verify
 
     def _draft_times(
-        self, ids, methods, gamma, window, topk, ctx: np.ndarray
+        self, ids, methods, gamma, window, topk, ctx: np.ndarray, finish: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """(coupled, decoupled) drafting seconds per iteration. Coupled drafting adds to the
         verifier's iteration; decoupled drafting runs on the drafter worker's GPUs (one
-        drafter instance per GPU, shared by every verifier pointing at it) and overlaps it."""
+        drafter instance per GPU, shared by every verifier pointing at it) and overlaps it.
+        A row drafts in the iterations up to its `finish` column."""
         st, cost, sim = self.sim.state, self.sim.cost, self.sim
-        b = len(ids)
-        coupled = np.zeros(len(ctx))
-        decoupled = np.zeros(len(ctx))
+        k = len(ctx)
+        it = np.arange(k)
+
+        def running(sel: np.ndarray) -> np.ndarray | float:
+            f = np.sort(finish[sel])
+            if not len(f) or f[0] >= k - 1:
+                return float(len(f))
+            return (len(f) - np.searchsorted(f, it, side="left")).astype(np.float64)
+
+        b = running(np.ones(len(ids), bool))
+        coupled = np.zeros(k)
+        decoupled = np.zeros(k)
         for midx in np.unique(methods[methods >= 0]):
             drafter = sim.drafter_for(st.methods[midx])
             for dec in (False, True):
                 sel = (methods == midx) & ((window > 0) == dec)
-                n = int(sel.sum())
-                if not n:
+                if not sel.any():
                     continue
-                share = ctx * (n / b)
+                n = running(sel)
+                live = np.asarray(n) > 0
+                share = ctx * (n / np.maximum(b, 1.0))
+                g = int(gamma[sel].max())
                 if dec:
                     d = self._drafter_worker(ids[sel])
-                    per_gpu = max(1.0, n * max(1, len(sim.drafter_clients[d])) / sim.workers[d].gpus)
-                    decoupled = np.maximum(
-                        decoupled,
-                        cost.draft_time(drafter, per_gpu, share * per_gpu / n, int(gamma[sel].max())),
-                    )
+                    per_gpu = np.maximum(1.0, n * max(1, len(sim.drafter_clients[d])) / sim.workers[d].gpus)
+                    t = cost.draft_time(drafter, per_gpu, share * per_gpu / np.maximum(n, 1.0), g)
+                    decoupled = np.maximum(decoupled, np.where(live, t, 0.0))
                 else:
                     # a tree drafts topk candidates per level for each sequence
                     width = int(topk[sel].max())
-                    coupled = coupled + cost.draft_time(
-                        drafter, n * width, share * width, int(gamma[sel].max())
-                    )
+                    t = cost.draft_time(drafter, n * width, share * width, g)
+                    coupled = coupled + np.where(live, t, 0.0)
         return coupled, decoupled
 
     def _drafter_worker(self, rows: np.ndarray) -> int:
@@ -235,64 +250,112 @@ class Worker:
         ctx0 = int(st.context(ids).sum())
         cap = 1 if cfg.per_iteration else MAX_BLOCK_ITERATIONS
         tick = self.sim.policy.tick_iterations
-        if tick:
+        if tick and self.sim.replan_at_tick:
             cap = min(cap, tick - self._since_tick)
         prefill = float(cost.prefill_time(self.prefill_tokens)) if self.prefill_tokens else 0.0
         spec_on = self._method_idx >= 0 or (self.sim.request_spec and bool(st.req_gamma[ids].any()))
         arrays = self._spec_arrays(ids) if spec_on else None
+        # With requests waiting, the first finish may admit one: plan only up to it.
+        first_finish = bool(self.waiting_count) or cfg.per_iteration
         if arrays is None or not arrays[1].any():
-            if self.waiting_count or cfg.per_iteration:
-                # a finish may admit a waiting request: plan only up to the first finish
+            if first_finish:
                 room = (self.kv_capacity - ctx0) // b
                 k = int(max(1, min(int(remaining.min()), cap, room)))
                 ctx = ctx0 + b * np.arange(k, dtype=np.float64)
                 t = np.asarray(cost.iteration_time(b, b, ctx), dtype=np.float64)
                 t[0] += prefill
-                return Plan(ids, np.cumsum(t), remaining, None, None, None, ctx0, 0.0)
-            return self._plan_plain_finishes(ids, remaining, cap, prefill)
+                return self._with_ticks(Plan(ids, np.cumsum(t), remaining, None, None, None, ctx0, 0.0))
+            return self._with_ticks(self._plan_plain_finishes(ids, remaining, cap, prefill))
+        return self._with_ticks(self._plan_speculative(ids, remaining, arrays, cap, prefill, first_finish))
+
+    def _with_ticks(self, plan: Plan) -> Plan:
+        """Stop at every policy tick inside the block: the tick is reported there and the
+        block goes on unless the policy's answer changed this worker."""
+        tick = self.sim.policy.tick_iterations
+        k = plan.iterations
+        if not tick or self.sim.replan_at_tick or tick - self._since_tick > k:
+            return plan
+        ticks = np.arange(tick - self._since_tick, k + 1, tick)
+        stops = plan.stops if plan.stops is not None else np.array([k])
+        plan.stops = np.union1d(stops, ticks)
+        return plan
+
+    def _plan_speculative(
+        self, ids: np.ndarray, remaining: np.ndarray, arrays: tuple[np.ndarray, ...], cap: int,
+        prefill: float, first_finish: bool,
+    ) -> Plan:
+        """Sample every row's verification outcomes for the block, then price each iteration
+        by the rows still running in it. With nothing waiting, the block runs through
+        several finishes (stopping at each to report it), as plain decoding does; the
+        horizon is the expected iterations to the last finish, bounded by SPEC_BLOCK_CELLS."""
+        st, cost = self.sim.state, self.sim.cost
         alpha, gamma, methods, window, topk, verify = arrays
+        b = len(ids)
         rows = gamma > 0
-        exp = expected_tokens(alpha, gamma)
-        k = int(np.ceil((remaining / exp).min() * 1.1)) + 4
-        k = max(1, min(k, int(remaining.min()), cap))
+        est = remaining / expected_tokens(alpha, gamma)
+        k_first = max(1, min(int(np.ceil(est.min() * 1.1)) + 4, int(remaining.min()), cap))
+        k = k_first
+        if not first_finish:
+            k_all = min(int(np.ceil(est.max() * 1.1)) + 4, int(remaining.max()), cap, SPEC_BLOCK_CELLS // b)
+            k = max(k_first, k_all)
         x = np.ones((b, k), np.int16)
         x[rows] = self.sim.spec_tokens(self, ids[rows], methods[rows], alpha[rows], gamma[rows], k)
         dec = window > 0
         if dec.any():
             x[dec] = stall_after_rejection(x[dec], window[dec])
         cum = np.cumsum(x, axis=1, dtype=np.int32)
-        hit = (cum >= remaining[:, None]).any(axis=0)
-        if hit.any():
-            k = int(np.argmax(hit)) + 1
-        # k is the first column where any row reaches its dispatch end, so only the last
-        # column can overshoot: cap it there and keep plain column sums elsewhere.
-        per_iter = x[:, :k].sum(axis=0, dtype=np.int64)
-        before = cum[:, k - 2] if k >= 2 else 0
-        per_iter[k - 1] = int(np.minimum(x[:, k - 1], remaining - before).sum())
-        ctx = ctx0 + np.concatenate([[0], np.cumsum(per_iter)[:-1]]).astype(np.float64)
-        over = ctx + per_iter > self.kv_capacity
+        reached = cum >= remaining[:, None]
+        fin = np.where(reached[:, -1], np.argmax(reached, axis=1), k)
+        if first_finish and (fin < k).any():
+            k = int(fin.min()) + 1
+            x, cum = x[:, :k], cum[:, :k]
+            fin = np.minimum(fin, k)
+        # tokens emitted per iteration (a row's last iteration emits only what it had left)
+        colsum = np.minimum(cum, remaining[:, None]).sum(axis=0, dtype=np.int64)
+        emitted = np.diff(colsum, prepend=0)
+        before = np.concatenate([[0], colsum[:-1]])
+        # rows gone before each iteration free their KV and leave the batch
+        order = np.argsort(fin, kind="stable")
+        gone = np.searchsorted(fin[order], np.arange(k), side="left")
+        ctx_r = st.context(ids).astype(np.float64)
+        gone_ctx = np.concatenate([[0.0], np.cumsum((ctx_r + remaining)[order])])[gone]
+        ctx = ctx_r.sum() + before - gone_ctx
+        over = ctx + emitted > self.kv_capacity
         if over.any():
             k = max(1, int(np.argmax(over)))
-            ctx = ctx[:k]
+            x, cum, ctx, gone = x[:, :k], cum[:, :k], ctx[:k], gone[:k]
+            fin = np.minimum(fin, k)
         # verification covers the draft slots the drafter filled (model-free drafters
         # propose nothing where no n-gram matches)
         fill = st.fill_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(b)
-        new_tokens = round(float((np.where(gamma > 0, verify * fill, 0) + 1).sum()))
-        verify = np.asarray(cost.iteration_time(b, new_tokens, ctx), dtype=np.float64)
-        coupled, decoupled = self._draft_times(ids, methods, gamma, window, topk, ctx)
-        t = np.maximum(verify, decoupled) + coupled
+        slots = np.where(gamma > 0, verify * fill, 0) + 1
+        if gone[-1] == 0:
+            batch: np.ndarray | int = b
+            new_tokens: np.ndarray | int = round(float(slots.sum()))
+        else:
+            batch = (b - gone).astype(np.float64)
+            gone_slots = np.concatenate([[0.0], np.cumsum(slots[order])])[gone]
+            new_tokens = np.round(slots.sum() - gone_slots)
+        verify_s = np.asarray(cost.iteration_time(batch, new_tokens, ctx), dtype=np.float64)
+        coupled, decoupled = self._draft_times(ids, methods, gamma, window, topk, ctx, fin)
+        t = np.maximum(verify_s, decoupled) + coupled
         t[0] += prefill
+        stops = np.unique(fin[fin < k] + 1)
+        if not len(stops) or stops[-1] != k:
+            stops = np.append(stops, k)
         return Plan(
             ids,
             np.cumsum(t),
             remaining,
-            x[:, :k],
+            x,
             rows,
             gamma,
-            ctx0,
+            int(ctx[0]),
             float(gamma[rows].mean()),
             cum=cum,
+            stops=stops,
             decoupled_rows=dec if dec.any() else None,
+            finish=fin,
         )
 
     def _plan_plain_finishes(self, ids: np.ndarray, remaining: np.ndarray, cap: int, prefill: float) -> Plan:
@@ -330,28 +393,33 @@ class Worker:
         self.prefill_tokens = 0
         if plan.tokens is None:
             progress = np.minimum(done, plan.remaining)  # tokens since the plan started
-            gained = progress - np.minimum(pos, plan.remaining)
+            prev = np.minimum(pos, plan.remaining)
         else:
-            # No row reaches its dispatch end before the block's last column (see plan), so
-            # every row ran `done` iterations; decoupled rows verified only where they emitted.
-            assert plan.cum is not None
-            progress = gained = np.minimum(plan.cum[:, done - 1], plan.remaining)
-            rows = plan.spec_rows
-            assert rows is not None and plan.gamma is not None
-            iters = np.full(len(ids), done, np.int64)
+            assert plan.cum is not None and plan.finish is not None
+            progress = np.minimum(plan.cum[:, done - 1], plan.remaining)
+            prev = np.minimum(plan.cum[:, pos - 1], plan.remaining) if pos else np.zeros_like(progress)
+            # iterations each row took part in (up to its finish column); decoupled rows
+            # verified only where they emitted
+            last = plan.finish + 1
+            iters = np.minimum(done, last) - np.minimum(pos, last)
             if plan.decoupled_rows is not None:
                 dec = plan.decoupled_rows
-                iters[dec] = (plan.tokens[dec, :done] > 0).sum(axis=1)
+                cols = np.arange(pos, done)
+                iters[dec] = ((plan.tokens[dec, pos:done] > 0) & (cols < last[dec, None])).sum(axis=1)
+            rows = plan.spec_rows
+            assert rows is not None and plan.gamma is not None
             sid = ids[rows]
+            spec_gained = (progress - prev)[rows]
             st.spec_iters[sid] += iters[rows]
-            st.spec_tokens[sid] += gained[rows]
+            st.spec_tokens[sid] += spec_gained
             st.drafted[sid] += iters[rows] * plan.gamma[rows]
-            st.accepted[sid] += gained[rows] - iters[rows]
+            st.accepted[sid] += spec_gained - iters[rows]
+        gained = progress - prev
         st.generated[ids] += gained
         left = plan.remaining - progress
         now = sim.env.now
         t0 = now - float(plan.cum_s[done - 1] - (plan.cum_s[pos - 1] if pos else 0.0))
-        sim.record_segment(self, t0, now, done - pos, plan, int((plan.remaining > pos).sum()))
+        sim.record_segment(self, t0, now, done - pos, plan, int((prev < plan.remaining).sum()))
         self.iteration += done - pos
         fired_tick = False
         if sim.policy.tick_iterations:
@@ -360,7 +428,7 @@ class Worker:
                 self._since_tick = 0
                 fired_tick = True
         alive = left > 0
-        ended = ~alive & (plan.remaining > pos)  # ended in this stretch
+        ended = ~alive & (prev < plan.remaining)  # ended in this stretch
         if self.disturbed:
             # A request migrated away mid-block finished its in-flight iteration here but no
             # longer belongs to this worker.

@@ -45,7 +45,7 @@ class FakeView:
         base = RequestView(id=rid, prompt_id=rid, sample=0, prompt_len=10, max_tokens=100, generated=0,
                            worker=worker, state=state, spec=SPEC_OFF, drafted_tokens=0,  # type: ignore[arg-type]
                            accepted_tokens=0)
-        self.requests[rid] = replace(base, **changes)
+        self.requests[rid] = base._replace(**changes)
 
     # ClusterView protocol
     @property

@@ -59,7 +59,7 @@ def drive(sched: SeerScheduler, view: OracleView, events) -> list[int]:
                          prompt_id=view.requests[rid].prompt_id, prompt_len=10, max_tokens=1000,
                          generated=gen)
         for r in assigned(sched.on_event(ev, view)):
-            view.requests[r] = view.requests[r].__class__(**{**view.requests[r].__dict__, "state": "running"})
+            view.requests[r] = view.requests[r]._replace(state="running")
             order.append(r)
     return order
 
