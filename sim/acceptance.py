@@ -28,18 +28,19 @@ def sample_tokens(
 ) -> np.ndarray:
     """Tokens emitted per request (rows) per iteration (columns), int16.
 
-    1 + min(G, g) = 1 + #{j in 1..g : U < a^j} for one uniform U per iteration: g
-    comparisons against per-row thresholds are cheaper than drawing geometrics.
+    1 + min(G, g) = 1 + #{j in 1..g : U < a^j} for one uniform U per iteration, and since
+    a^j falls with j that count is ceil(ln U / ln a) - 1: one pass over the matrix whatever
+    the draft length, instead of drawing geometrics or comparing against g thresholds.
     """
     a = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, _MAX_ACCEPT)
     g = np.asarray(gamma, dtype=np.int64)
     u = rng.random((len(a), iterations), dtype=np.float32)
-    out = np.ones((len(a), iterations), np.int16)
-    gmax = int(g.max()) if len(g) else 0
-    for j in range(1, gmax + 1):
-        thresh = np.where(g >= j, a**j, -1.0).astype(np.float32)
-        out += u < thresh[:, None]
-    return out
+    with np.errstate(divide="ignore"):
+        inv = np.where(a > 0, 1.0 / np.log(np.maximum(a, 1e-300)), 0.0).astype(np.float32)
+        r = np.log(u)
+    r *= inv[:, None]
+    np.ceil(r, out=r)
+    return np.clip(r, 1, (g + 1).astype(np.float32)[:, None]).astype(np.int16)
 
 
 def stall_after_rejection(tokens: np.ndarray, window: np.ndarray) -> np.ndarray:

@@ -35,6 +35,10 @@ MAX_BLOCK_ITERATIONS = 4096
 # A speculative block that plans through several finishes samples at most this many
 # (request, iteration) outcomes: the horizon shrinks with the batch.
 SPEC_BLOCK_CELLS = 1 << 19
+# A block through several finishes plans at most the worker's current horizon (adapted to
+# how long its blocks last, between these bounds); it then simply plans again.
+MIN_HORIZON = 16
+FIRST_HORIZON = 1024
 
 
 @dataclass
@@ -79,6 +83,7 @@ class Worker:
         self.prefill_tokens = 0
         self.iteration = 0
         self._since_tick = 0
+        self._horizon = FIRST_HORIZON
         self._idle_reported = False
         self._wake: simpy.Event | None = None
         self._advancing = False
@@ -296,7 +301,8 @@ class Worker:
         k_first = max(1, min(int(np.ceil(est.min() * 1.1)) + 4, int(remaining.min()), cap))
         k = k_first
         if not first_finish:
-            k_all = min(int(np.ceil(est.max() * 1.1)) + 4, int(remaining.max()), cap, SPEC_BLOCK_CELLS // b)
+            k_all = min(int(np.ceil(est.max() * 1.1)) + 4, int(remaining.max()), cap, self._horizon,
+                        SPEC_BLOCK_CELLS // b)
             k = max(k_first, k_all)
         x = np.ones((b, k), np.int16)
         x[rows] = self.sim.spec_tokens(self, ids[rows], methods[rows], alpha[rows], gamma[rows], k)
@@ -366,7 +372,7 @@ class Worker:
         order = np.argsort(remaining, kind="stable")
         rem = remaining[order]
         ctx_sorted = st.context(ids)[order].astype(np.float64)
-        k = int(min(int(rem[-1]), cap))
+        k = int(min(int(rem[-1]), cap, max(self._horizon, int(rem[0]))))
         i = np.arange(k)
         gone = np.searchsorted(rem, i, side="right")  # requests finished before iteration i
         batch = len(ids) - gone
@@ -464,6 +470,7 @@ class Worker:
                 continue
             self._preempt_for_room()
             plan = self.plan()
+            sim.counters["blocks"] += 1
             start = sim.env.now
             stops = plan.stops.tolist() if plan.stops is not None else [plan.iterations]
             pos = 0
@@ -492,3 +499,9 @@ class Worker:
                 pos = done
                 if interrupted or self._dirty or sim.done or done >= plan.iterations:
                     break
+            # Plan about as far ahead as blocks on this worker last lasted: a worker that is
+            # re-planned every few iterations (requests arriving) would waste long plans.
+            if pos >= plan.iterations:
+                self._horizon = min(MAX_BLOCK_ITERATIONS, self._horizon * 4)
+            else:
+                self._horizon = max(MIN_HORIZON, pos + pos // 4)

@@ -148,3 +148,64 @@ def test_verl_long_tail_leaves_gpus_idle_and_rlhfuse_lends_them_to_training() ->
     assert fuse.rollout_makespan_s == pytest.approx(verl.rollout_makespan_s)
     assert fuse.gpu_idle_fraction < verl.gpu_idle_fraction
     assert fuse.step_time_s < verl.step_time_s
+
+
+def test_speculative_blocks_run_through_several_finishes() -> None:
+    """With nothing waiting, a speculative block plans past the first finish (stopping at
+    each to report it), so blocks are far fewer than finishes; all tokens still arrive."""
+    lengths = random_lengths(3, 64, hi=1200)
+    trace = make_trace(make_frame(lengths, accept={"ngram": 0.6}))
+    run = run_one(trace, "ngram", cluster="h100x8")
+    reqs = _requests(run)
+    assert int(reqs["response_len"].sum()) == int(lengths.sum())
+    assert (reqs["accepted"] <= reqs["drafted"]).all()
+    assert (reqs["response_len"] <= 5 * reqs["spec_iters"]).all()
+    assert run.counters["blocks"] < len(lengths) / 4
+    # every finish is still reported at its own time: finish times are distinct per request
+    assert reqs["finish_s"].nunique() > len(lengths) / 2
+
+
+class _CountTicks:
+    """verl placement plus a tick every 8 iterations that changes nothing."""
+
+    def __init__(self) -> None:
+        from policies.registry import make_policy
+
+        self.inner = make_policy("verl")
+        self.name = "count-ticks"
+        self.requires = self.inner.requires
+        self.tick_iterations = 8
+        self.ticks: list[tuple[int, int]] = []
+
+    def on_event(self, event, view):
+        from policies.contract import Tick
+
+        if isinstance(event, Tick):
+            self.ticks.append((event.worker, event.iteration))
+            return []
+        return self.inner.on_event(event, view)
+
+    def params(self) -> dict[str, object]:
+        return {}
+
+
+def test_ticks_are_reported_every_period_without_ending_the_block() -> None:
+    from policies import registry
+
+    trace = make_trace(make_frame(random_lengths(4, 32, hi=600)))
+    policy = _CountTicks()
+    registry.register("count-ticks", lambda: policy, "test")
+    try:
+        run = run_one(trace, "count-ticks", cluster="h100x8")
+    finally:
+        registry.REGISTRY.pop("count-ticks")
+    base = run_one(trace, "verl", cluster="h100x8")
+    assert run.steps[0].rollout_makespan_s == pytest.approx(base.steps[0].rollout_makespan_s, rel=1e-12)
+    by_worker: dict[int, list[int]] = {}
+    for w, it in policy.ticks:
+        by_worker.setdefault(w, []).append(it)
+    for its in by_worker.values():
+        assert its == list(range(8, 8 * len(its) + 1, 8))  # every 8th iteration, none missed
+    assert len(policy.ticks) > 50
+    # a tick the policy ignores does not end the block
+    assert run.counters["blocks"] < len(policy.ticks) / 4
