@@ -138,15 +138,18 @@ class StepSimulation:
         alpha: np.ndarray,
         gamma: np.ndarray,
         iterations: int,
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """Tokens each speculating request emits in each of the next `iterations` verify
-        iterations (int16, rows = rids). The seam for exact replay over recorded token ids:
-        a `token_replay` (sim.token_replay.StepReplay) set on the simulation answers when
-        present; otherwise acceptance is sampled from the per-request probability `alpha`."""
+        iterations (int16, rows = rids), and the draft slots really verified per iteration
+        where known (NaN elsewhere; None: none known, charge the configured draft length).
+        The seam for exact replay over recorded token ids: a `token_replay`
+        (sim.token_replay.StepReplay) set on the simulation answers when present; otherwise
+        acceptance is sampled from the per-request probability `alpha`."""
         replay = getattr(self, "token_replay", None)
         if replay is not None:
-            return replay.spec_tokens(self, worker, rids, methods, alpha, gamma, iterations)
-        return sample_tokens(worker.rng, alpha, gamma, iterations)
+            tokens = replay.spec_tokens(self, worker, rids, methods, alpha, gamma, iterations)
+            return tokens, replay.last_slots
+        return sample_tokens(worker.rng, alpha, gamma, iterations), None
 
     @property
     def replan_at_tick(self) -> bool:

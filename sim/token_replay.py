@@ -271,6 +271,7 @@ class StepReplay:
         self._group_size = max((len(g) for g in self._members.values()), default=1)
         self._ref_accept: float | None = None
         self._grids: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.last_slots: np.ndarray | None = None
         self._matrix: np.ndarray | None = None
         self._group_index = np.zeros(0, np.int64)
 
@@ -290,6 +291,7 @@ class StepReplay:
         iterations: int,
     ) -> np.ndarray:
         st = self.state
+        self.last_slots = None
         present = [int(m) for m in np.unique(methods)]
         if not any(st.methods[m] in self.rules for m in present):
             return sample_tokens(worker.rng, alpha, gamma, iterations)
@@ -312,13 +314,25 @@ class StepReplay:
             else:
                 own = st.req_gamma[r] > 0
                 paths = np.where(own, st.req_topk[r], max(1, worker.spec.topk)).astype(np.int64)
-                if self.tokens is not None:
-                    for j, rid, d, k in zip(sel, r.tolist(), depth.tolist(), paths.tolist(), strict=True):
-                        out[j] = self._group_exact(rule, rid, d, k, iterations)
-                else:
+                if self.tokens is None:
                     p = self._group_model(rule, r, chain, paths)
                     out[sel] = sample_tokens(worker.rng, p, depth, iterations)
+                    continue
+                for j, rid, d, k in zip(sel, r.tolist(), depth.tolist(), paths.tolist(), strict=True):
+                    out[j] = self._group_exact(rule, rid, d, k, iterations)
+            self._note_slots(sel, r, len(rids), iterations)
         return out
+
+    def _note_slots(self, sel: np.ndarray, rids: np.ndarray, rows: int, iterations: int) -> None:
+        """Record what the exact drafter really proposed in each planned iteration (AIMD
+        windows vary, a suffix tree without a match proposes nothing), for the executor to
+        charge verification by: `last_slots`, NaN where the row was not replayed exactly."""
+        if self.last_slots is None:
+            self.last_slots = np.full((rows, iterations), np.nan, np.float32)
+        for j, rid in zip(sel.tolist(), rids.tolist(), strict=True):
+            plan = self._plans.get(rid)
+            if plan is not None:
+                self.last_slots[j, : len(plan.drafted)] = plan.drafted
 
     def finish(self, counters: Counter[str] | None = None) -> None:
         """Credit the last planned blocks with the progress the engine applied, and add

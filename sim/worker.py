@@ -305,7 +305,9 @@ class Worker:
                         SPEC_BLOCK_CELLS // b)
             k = max(k_first, k_all)
         x = np.ones((b, k), np.int16)
-        x[rows] = self.sim.spec_tokens(self, ids[rows], methods[rows], alpha[rows], gamma[rows], k)
+        x[rows], exact_slots = self.sim.spec_tokens(
+            self, ids[rows], methods[rows], alpha[rows], gamma[rows], k
+        )
         dec = window > 0
         if dec.any():
             x[dec] = stall_after_rejection(x[dec], window[dec])
@@ -335,9 +337,17 @@ class Worker:
         # propose nothing where no n-gram matches)
         fill = st.fill_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(b)
         slots = np.where(gamma > 0, verify * fill, 0) + 1
-        if gone[-1] == 0:
-            batch: np.ndarray | int = b
-            new_tokens: np.ndarray | int = round(float(slots.sum()))
+        if exact_slots is not None:
+            # exact replay knows each iteration's draft: charge it, for the rows still running
+            per = np.broadcast_to(slots[:, None].astype(np.float32), (b, k)).copy()
+            ex = exact_slots[:, :k]
+            per[rows] = np.where(np.isnan(ex), per[rows], ex + 1)
+            per[np.arange(k)[None, :] > fin[:, None]] = 0.0
+            batch = (b - gone).astype(np.float64) if gone[-1] else b
+            new_tokens = np.round(per.sum(axis=0, dtype=np.float64))
+        elif gone[-1] == 0:
+            batch = b
+            new_tokens = round(float(slots.sum()))
         else:
             batch = (b - gone).astype(np.float64)
             gone_slots = np.concatenate([[0.0], np.cumsum(slots[order])])[gone]

@@ -185,3 +185,17 @@ def test_seer_replays_its_grouped_drafter_exactly_on_a_token_trace(name: str) ->
     c = run.counters
     assert 0 < c["replay_accepted"] <= c["replay_drafted"]
     assert run.steps[0].mean_accept_len > 1.0
+
+
+def test_exact_replay_charges_verification_for_what_was_really_drafted() -> None:
+    """A history with nothing in common with the responses drafts nothing: exact replay
+    charges plain decoding per iteration, not the configured draft length."""
+    rng = random.Random(11)
+    prev = [[rng.randrange(1000, 2000) for _ in range(300)] for _ in range(4)]
+    cur = [[rng.randrange(3000, 4000) for _ in range(300)] for _ in range(4)]
+    trace = token_trace([prev, cur])
+    cost = LinearCost(per_new_token_s=1e-3, draft_s=0.0)  # verification tokens dominate
+    spec = run_one(trace, "histospec-only", cluster="h100x1:tp1", cost=cost)
+    plain = run_one(trace, "verl", cluster="h100x1:tp1", cost=cost)
+    assert spec.counters["replay_iterations"] > 0 and spec.counters["replay_drafted"] == 0
+    assert spec.steps[1].rollout_makespan_s == pytest.approx(plain.steps[1].rollout_makespan_s, rel=1e-9)
