@@ -31,8 +31,9 @@ Without token ids:
   AIMD exploits the run structure of real matches (long agreeing runs, then misses); with
   i.i.d. per-token acceptance it has nothing to adapt to, so it is not applied.
 
-What the executor cannot be told (it charges gamma + 1 verify tokens per iteration): the
-AIMD window varies per iteration, so its drafted/accepted counts are kept here exactly
+The AIMD window varies per iteration and a tree without a match proposes nothing, so the
+replay hands the executor each planned iteration's real draft length (`last_slots`), which
+it charges for verification; drafted/accepted counts are kept here exactly
 (`RequestStats`) and reconciled with the progress the engine actually applied.
 """
 
