@@ -1,11 +1,15 @@
 """One rollout worker (a TP group of GPUs running a continuous-batching engine) as a SimPy process.
 
-Between decision points the batch is fixed, so the worker plans a block of decode
-iterations in one vectorised computation (`plan`), sleeps for their total time, and applies
-the progress (`apply`). A decision point is the first request to finish or end its chunk,
-a policy tick, the KV cache filling up, or an action aimed at this worker (an interrupt,
-honoured at the next iteration boundary, as a real engine would). `per_iteration=True`
-plans one iteration at a time: the reference the fast path is validated against.
+The worker plans a block of decode iterations in one vectorised computation (`plan`),
+sleeps for their total time, and applies the progress (`apply`). Inside a block the batch
+only shrinks: every request's progress (sampled verification outcomes when speculating) is
+known, so each iteration is priced by the requests still running in it. The block stops at
+each finish or chunk end and each policy tick to report it, and ends there only if the
+policy's answer changed this worker; it also ends when a waiting request could be admitted,
+the KV cache fills up, or an action interrupts it (honoured at the next iteration boundary,
+as a real engine would). How far a worker plans adapts to how long its blocks last.
+`per_iteration=True` plans one iteration at a time: the reference the fast path is
+validated against.
 
 The batching engine mirrors vLLM's scheduler in the parts that shape a rollout tail:
 admission by priority then arrival up to `max_num_seqs` and KV capacity (head-of-line
