@@ -85,5 +85,6 @@ from policies import tlt as _tlt  # noqa: E402
 _efficientrollout.register_policies(register)
 _tlt.register_policies(register)
 _speactor.register_policies(register)
+from policies import composite as _composite  # noqa: E402, F401
 from policies import rhymerl as _rhymerl  # noqa: E402, F401
 from policies import seer as _seer  # noqa: E402, F401

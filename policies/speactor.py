@@ -15,7 +15,8 @@ Choices where the paper is open (all constructor keywords):
   `prior` for methods never run (SpecActor profiles offline; the priors default to the
   batch means SpecActor-style traces show).
 - Fastest-of-N replicas are coupled, on freed verifier workers and on drafter workers whose
-  verifiers are done; their drafter piggybacks on the same worker (§4.2).
+  verifiers are done; their drafter piggybacks on the same worker (§4.2). Algorithm 3 is
+  the standalone part `policies.fastest_of_n.FastestOfN`, started with this step's ladder.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from policies.contract import (
     Capability,
     ClusterView,
     Event,
-    LaunchReplica,
     Policy,
     RequestFinished,
     Role,
@@ -40,6 +40,7 @@ from policies.contract import (
     Tick,
     WorkerIdle,
 )
+from policies.fastest_of_n import FastestOfN, Rung
 from policies.placement import contiguous_chunks
 from policies.speactor_model import (
     Affine,
@@ -47,7 +48,6 @@ from policies.speactor_model import (
     LadderRung,
     best_window,
     draft_ladder,
-    fastest_of_n,
     plan_search,
     reconfigure,
     tgs_coupled,
@@ -88,6 +88,7 @@ class SpecActor(Policy):
         self.requires = frozenset(caps)
         self.tick_iterations = reconfig_iterations if reconfig else None
         self.profiled: dict[str, tuple[int, int]] = {}  # method -> (accepted, drafted) so far
+        self.fastest = FastestOfN(max_batch=fon_max_batch)  # Algorithm 3, fed the step's ladder
         self._reset_step()
 
     def _reset_step(self) -> None:
@@ -100,9 +101,6 @@ class SpecActor(Policy):
         self.method = ""
         self.window = 0
         self.drafter_gpus = 0
-        self.free: set[int] = set()
-        self.fon_assigned: dict[tuple[int, str], int] = {}
-        self.fon_workers: dict[str, list[int]] = {}
         self.spec_of: dict[int, SpecConfig] = {}
 
     def params(self) -> dict[str, object]:
@@ -123,11 +121,15 @@ class SpecActor(Policy):
             home = self.home.pop(event.request, None)
             if home is not None:
                 self.by_worker.get(home, set()).discard(event.request)
+            if self.fon:
+                self.fastest.on_event(event, view)
             return []
         if isinstance(event, Tick) and self.reconfig:
             return self._reconfigure(event.worker, view)
         if isinstance(event, WorkerIdle) and self.fon:
-            return self._fastest_of_n(event.worker, view)
+            if event.worker not in self.drafters:
+                self.by_worker.pop(event.worker, None)
+            return self.fastest.on_event(event, view)
         if isinstance(event, StepFinished):
             self._profile(view)
         return []
@@ -199,6 +201,10 @@ class SpecActor(Policy):
             else:
                 vs = spec
             actions.append(SetSpec(spec=vs, worker=v))
+        if self.fon:
+            # Algorithm 3 draws on the same ladder; drafters are lent to their verifiers
+            rungs = [Rung(r.method, SpecConfig(method=r.method, gamma=max(1, r.gamma))) for r in self.ladder]
+            self.fastest.start(event.requests, rungs, self.drafter_of)
         return actions
 
     # --------------------------------------------------- Algorithm 2 (reconfig)
@@ -234,39 +240,6 @@ class SpecActor(Policy):
                 self.spec_of[rid] = spec
                 actions.append(SetSpec(spec=spec, request=rid))
         return actions
-
-    # ------------------------------------------------ Algorithm 3 (Fastest-of-N)
-    def _fastest_of_n(self, worker: int, view: ClusterView) -> list[Action]:
-        if worker in self.drafters:
-            return []
-        self.by_worker.pop(worker, None)
-        self.free.add(worker)
-        for d in self.drafters:  # a drafter whose verifiers are all done is free too
-            if d not in self.free and all(v in self.free for v, dd in self.drafter_of.items() if dd == d):
-                self.free.add(d)
-        free = sorted(w for w in self.free if view.worker(w).running + view.worker(w).waiting == 0)
-        free = [w for w in free if all(w not in ws for ws in self.fon_workers.values())]
-        active = []
-        for w, rids in self.by_worker.items():
-            for rid in rids:
-                rv = view.request(rid)
-                if rv.state in ("running", "waiting"):
-                    active.append((rid, rv.acceptance_rate if rv.acceptance_rate is not None else 0.0))
-                    self.fon_assigned.setdefault((rid, self.method), w)
-        if not active or not free:
-            return []
-        load = {
-            w: view.worker(w).running + view.worker(w).waiting for ws in self.fon_workers.values() for w in ws
-        }
-        order = [r.method for r in self.ladder]
-        picks = fastest_of_n(
-            active, order, self.fon_assigned, self.fon_workers, free, load, self.fon_max_batch
-        )
-        rung = {r.method: r for r in self.ladder}
-        return [
-            LaunchReplica(request=rid, worker=w, spec=SpecConfig(method=m, gamma=max(1, rung[m].gamma)))
-            for rid, m, w in picks
-        ]
 
     # --------------------------------------------------------- profiling
     def _profile(self, view: ClusterView) -> None:
