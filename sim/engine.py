@@ -37,8 +37,14 @@ from policies.contract import (
 from sim.acceptance import sample_tokens
 from sim.cost_model import CostModel
 from sim.state import CANCELLED, DEFERRED, FINISHED, RUNNING, UNASSIGNED, WAITING, StepState
+from sim.token_replay import ModelProbe
 from sim.view import SimView
 from sim.worker import Plan, Worker
+
+# A block sampled from the grouped-drafter acceptance model (Seer Table 2 by visible
+# siblings) goes on past a fetch tick while no row's per-token acceptance has moved by more
+# than this; otherwise it re-plans there, as the exact replay always does.
+MODEL_DRIFT = 0.01
 
 SIM_CAPABILITIES = frozenset(
     {
@@ -138,26 +144,32 @@ class StepSimulation:
         alpha: np.ndarray,
         gamma: np.ndarray,
         iterations: int,
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    ) -> tuple[np.ndarray, np.ndarray | None, ModelProbe | None]:
         """Tokens each speculating request emits in each of the next `iterations` verify
-        iterations (int16, rows = rids), and the draft slots really verified per iteration
-        where known (NaN elsewhere; None: none known, charge the configured draft length).
-        The seam for exact replay over recorded token ids: a `token_replay`
-        (sim.token_replay.StepReplay) set on the simulation answers when present; otherwise
-        acceptance is sampled from the per-request probability `alpha`."""
+        iterations (int16, rows = rids); the draft slots really verified per iteration
+        where known (NaN elsewhere; None: none known, charge the configured draft length);
+        and, for rows drawn from the grouped-drafter acceptance model, a probe to check
+        later whether that acceptance has drifted. The seam for exact replay over recorded
+        token ids: a `token_replay` (sim.token_replay.StepReplay) set on the simulation
+        answers when present; otherwise acceptance is sampled from `alpha`."""
         replay = getattr(self, "token_replay", None)
         if replay is not None:
             tokens = replay.spec_tokens(self, worker, rids, methods, alpha, gamma, iterations)
-            return tokens, replay.last_slots
-        return sample_tokens(worker.rng, alpha, gamma, iterations), None
+            return tokens, replay.last_slots, replay.last_probe
+        return sample_tokens(worker.rng, alpha, gamma, iterations), None, None
 
     @property
     def replan_at_tick(self) -> bool:
-        """Whether workers must re-plan at every policy tick rather than only stop there: a
-        grouped drafter's siblings' tokens become visible when a worker re-plans (Seer's
-        periodic fetch), so its blocks end at the tick."""
+        """Whether workers must re-plan at every policy tick rather than only stop there:
+        exact grouped drafting sees the siblings' tokens when a worker plans (Seer's
+        periodic fetch), so its blocks end at each tick."""
         replay = getattr(self, "token_replay", None)
         return replay is not None and replay.fetches_on_replan
+
+    def drifted(self, probe: ModelProbe) -> bool:
+        """Whether the grouped-drafter acceptance a block was sampled with moved by more
+        than MODEL_DRIFT since (the block then ends at the fetch tick)."""
+        return bool(self.token_replay.model_drift(probe) > MODEL_DRIFT)
 
     def drafter_for(self, method: str) -> str:
         try:

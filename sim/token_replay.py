@@ -62,6 +62,9 @@ DEFAULT_RULES: Mapping[str, DraftRule] = {
     "history": DraftRule(source="history", weight="reward"),
 }
 
+# (rule, rows, paths, chain acceptance, per-token acceptance used) of a Table 2 draw
+ModelProbe = tuple[DraftRule, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
 _M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
 _MASK = (1 << 32) - 1
 _ABSENT = 1 << 30
@@ -273,12 +276,22 @@ class StepReplay:
         self._ref_accept: float | None = None
         self._grids: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.last_slots: np.ndarray | None = None
+        self.last_probe: ModelProbe | None = None  # the Table 2 rows of the last call
         self._matrix: np.ndarray | None = None
         self._group_index = np.zeros(0, np.int64)
 
     @property
     def fetches_on_replan(self) -> bool:
-        return any(r.source == "group" for r in self.rules.values())
+        """Exact grouped drafting reads the siblings' tokens when a worker plans, so its
+        blocks must end at each fetch tick."""
+        return self.tokens is not None and any(r.source == "group" for r in self.rules.values())
+
+    def model_drift(self, probe: ModelProbe) -> float:
+        """Largest change since `probe` was taken of the Table 2 acceptance of the rows it
+        covers (their siblings have moved on): a block continues past a fetch tick while
+        this stays below the engine's tolerance."""
+        rule, rids, paths, chain, p0 = probe
+        return float(np.abs(self._group_model(rule, rids, chain, paths) - p0).max())
 
     # ------------------------------------------------------------------------ entry point
     def spec_tokens(
@@ -293,6 +306,7 @@ class StepReplay:
     ) -> np.ndarray:
         st = self.state
         self.last_slots = None
+        self.last_probe = None
         present = [int(m) for m in np.unique(methods)]
         if not any(st.methods[m] in self.rules for m in present):
             return sample_tokens(worker.rng, alpha, gamma, iterations)
@@ -318,6 +332,7 @@ class StepReplay:
                 if self.tokens is None:
                     p = self._group_model(rule, r, chain, paths)
                     out[sel] = sample_tokens(worker.rng, p, depth, iterations)
+                    self.last_probe = (rule, r, paths, chain, p)
                     continue
                 for j, rid, d, k in zip(sel, r.tolist(), depth.tolist(), paths.tolist(), strict=True):
                     out[j] = self._group_exact(rule, rid, d, k, iterations)

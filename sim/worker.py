@@ -32,6 +32,7 @@ from sim.state import RUNNING, WAITING
 
 if TYPE_CHECKING:
     from sim.engine import StepSimulation
+    from sim.token_replay import ModelProbe
 
 # A fast-forward block never plans more iterations than this (bounds memory of the
 # sampled acceptance matrix; the loop simply plans again).
@@ -63,6 +64,7 @@ class Plan:
     # Speculative plans: the 0-based column in which each row reaches its dispatch end
     # (`iterations` if it does not within the block); a row takes part up to that column.
     finish: np.ndarray | None = None
+    probe: ModelProbe | None = None  # rows drawn from the grouped-drafter model (drift check)
 
     @property
     def iterations(self) -> int:
@@ -309,7 +311,7 @@ class Worker:
                         SPEC_BLOCK_CELLS // b)
             k = max(k_first, k_all)
         x = np.ones((b, k), np.int16)
-        x[rows], exact_slots = self.sim.spec_tokens(
+        x[rows], exact_slots, probe = self.sim.spec_tokens(
             self, ids[rows], methods[rows], alpha[rows], gamma[rows], k
         )
         dec = window > 0
@@ -376,6 +378,7 @@ class Worker:
             stops=stops,
             decoupled_rows=dec if dec.any() else None,
             finish=fin,
+            probe=probe,
         )
 
     def _plan_plain_finishes(self, ids: np.ndarray, remaining: np.ndarray, cap: int, prefill: float) -> Plan:
@@ -406,8 +409,9 @@ class Worker:
         return Plan(ids, np.cumsum(t), remaining, None, None, None, int(ctx[0]), 0.0, stops=stops)
 
     # --------------------------------------------------------------------- applying
-    def apply(self, plan: Plan, done: int, pos: int = 0) -> None:
-        """Apply iterations pos..done of the plan (plain plans are applied stop by stop)."""
+    def apply(self, plan: Plan, done: int, pos: int = 0) -> bool:
+        """Apply iterations pos..done of the plan (plain plans are applied stop by stop);
+        True when a policy tick was reported."""
         st, sim = self.sim.state, self.sim
         ids = plan.ids
         self.prefill_tokens = 0
@@ -462,6 +466,7 @@ class Worker:
             sim.end_dispatch(rid, self, now)
         if fired_tick:
             sim.emit(Tick(time_s=now, worker=self.id, iteration=self.iteration))
+        return fired_tick
 
     # ------------------------------------------------------------------------- loop
     def run(self):
@@ -508,10 +513,12 @@ class Worker:
                 self._advancing = False
                 self._applying = True
                 self._dirty = False
-                self.apply(plan, done, pos)
+                ticked = self.apply(plan, done, pos)
                 self._applying = False
                 pos = done
                 if interrupted or self._dirty or sim.done or done >= plan.iterations:
+                    break
+                if ticked and plan.probe is not None and sim.drifted(plan.probe):
                     break
             # Plan about as far ahead as blocks on this worker last lasted: a worker that is
             # re-planned every few iterations (requests arriving) would waste long plans.

@@ -199,3 +199,25 @@ def test_exact_replay_charges_verification_for_what_was_really_drafted() -> None
     plain = run_one(trace, "verl", cluster="h100x1:tp1", cost=cost)
     assert spec.counters["replay_iterations"] > 0 and spec.counters["replay_drafted"] == 0
     assert spec.steps[1].rollout_makespan_s == pytest.approx(plain.steps[1].rollout_makespan_s, rel=1e-9)
+
+
+def test_model_blocks_go_on_past_fetch_ticks_until_the_acceptance_drifts(monkeypatch) -> None:
+    """Without token ids, Seer's grouped SD samples acceptance from Table 2 by visible
+    siblings; a block re-plans at a fetch tick only when that acceptance moved by more than
+    MODEL_DRIFT. Re-planning at every tick instead gives the same rollout in distribution."""
+    import sim.engine as engine
+    from tests.factories import make_frame, make_trace, random_lengths
+
+    lengths = random_lengths(7, 64, lo=200, hi=3000)
+    trace = make_trace(make_frame(lengths, group_size=8, accept={"suffix": 0.6}))
+    kw = dict(cluster="h100x4:tp1", cost=LinearCost())
+    lazy = [run_one(trace, "seer:tick_iterations=16", seed=s, **kw) for s in range(8)]
+    monkeypatch.setattr(engine, "MODEL_DRIFT", -1.0)  # every tick re-plans
+    eager = [run_one(trace, "seer:tick_iterations=16", seed=s, **kw) for s in range(8)]
+    assert sum(r.counters["blocks"] for r in lazy) < 0.7 * sum(r.counters["blocks"] for r in eager)
+    mk_lazy = np.mean([r.steps[0].rollout_makespan_s for r in lazy])
+    mk_eager = np.mean([r.steps[0].rollout_makespan_s for r in eager])
+    assert mk_lazy == pytest.approx(mk_eager, rel=0.02)
+    acc_lazy = np.mean([r.steps[0].mean_accept_len for r in lazy])
+    acc_eager = np.mean([r.steps[0].mean_accept_len for r in eager])
+    assert acc_lazy == pytest.approx(acc_eager, rel=0.02)
