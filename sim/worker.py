@@ -43,7 +43,7 @@ SPEC_BLOCK_CELLS = 1 << 19
 # A block through several finishes plans at most the worker's current horizon (adapted to
 # how long its blocks last, between these bounds); it then simply plans again.
 MIN_HORIZON = 16
-FIRST_HORIZON = 1024
+FIRST_HORIZON = MAX_BLOCK_ITERATIONS
 
 
 @dataclass
