@@ -36,6 +36,9 @@ class StepTiming:
     draft_s: float = 0.0
     forward_s: float = 0.0
     sample_s: float = 0.0
+    # the whole step as timed in the engine's own process (remote workers); None: the
+    # executor's clock around step() is the engine time
+    engine_s: float | None = None
 
 
 class EngineWorker(Protocol):

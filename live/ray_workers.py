@@ -1,0 +1,153 @@
+"""Rollout workers as Ray actors, for runs whose engines do not fit one process: one engine
+per GPU (or per node) in its own actor, driven by the same executor as in-process workers.
+
+Each actor builds its engine itself from a picklable zero-argument `factory` (loading the
+model on its own device: weights never travel through the driver) and answers the
+`EngineWorker` calls. The executor still steps one worker at a time in the order of their
+virtual clocks (see `live/executor.py`), so decisions and recorded traces are the same as
+in-process; what changes is where engines run. An iteration's time is measured inside the
+actor (`StepTiming.engine_s`), so the remote-call round trip (about a millisecond) is not
+charged to the engine.
+
+`ray` is an optional dependency (the `live` extra); importing this module without it is
+fine, using it raises a one-line error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from live.backend import Delta, EngineWorker, StepTiming
+from policies.contract import Capability, Policy, SpecConfig
+
+
+class RayUnavailable(RuntimeError):
+    pass
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable(
+            "--ray needs the 'ray' package: pip install -e '.[live]' (or pip install ray)"
+        ) from None
+    return ray
+
+
+class EngineHost:
+    """The actor body: one engine, built in the actor's process."""
+
+    def __init__(self, factory: Callable[[], EngineWorker]) -> None:
+        self.worker = factory()
+
+    def add(
+        self, request: int, key: Hashable, prompt: Sequence[int], max_tokens: int, spec: SpecConfig,
+        group: Hashable | None,
+    ) -> tuple[list[str], int]:
+        notes = self.worker.add(request, key, prompt, max_tokens, spec, group)
+        return notes, self.worker.running
+
+    def set_spec(self, request: int, spec: SpecConfig) -> list[str]:
+        return self.worker.set_spec(request, spec)
+
+    def abort(self, request: int) -> int:
+        self.worker.abort(request)
+        return self.worker.running
+
+    def step(self) -> tuple[list[Delta], int, StepTiming]:
+        t0 = time.perf_counter()
+        deltas = self.worker.step()
+        engine_s = time.perf_counter() - t0
+        return deltas, self.worker.running, replace(self.worker.last_timing, engine_s=engine_s)
+
+
+class RayWorker:
+    """`EngineWorker` proxy for an `EngineHost` actor (synchronous calls)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self._running = 0
+        self._timing = StepTiming()
+
+    @staticmethod
+    def _get(ref: Any) -> Any:
+        """The call's result; an engine's own exception is re-raised as itself (the
+        executor turns it into its one-line worker-crash error), a lost actor as one line."""
+        ray = _ray()
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise RuntimeError(str(exc).strip().splitlines()[-1]) from None
+        except ray.exceptions.RayActorError as exc:
+            raise RuntimeError(f"engine actor lost ({type(exc).__name__})") from None
+
+    def add(
+        self, request: int, key: Hashable, prompt: Sequence[int], max_tokens: int, spec: SpecConfig,
+        group: Hashable | None,
+    ) -> list[str]:
+        notes, self._running = self._get(
+            self._handle.add.remote(request, key, list(prompt), max_tokens, spec, group)
+        )
+        return notes
+
+    def set_spec(self, request: int, spec: SpecConfig) -> list[str]:
+        return self._get(self._handle.set_spec.remote(request, spec))
+
+    def abort(self, request: int) -> None:
+        self._running = self._get(self._handle.abort.remote(request))
+
+    def step(self) -> list[Delta]:
+        deltas, self._running, self._timing = self._get(self._handle.step.remote())
+        return deltas
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def last_timing(self) -> StepTiming:
+        return self._timing
+
+
+@dataclass
+class RayBackend:
+    """Builds each worker's engine in its own actor. `factory` runs inside the actor;
+    `resources` is what one actor reserves (e.g. {"num_gpus": 1}); `address` joins a running
+    cluster ("auto") or, when None, starts a local one sized to the machine."""
+
+    factory: Callable[[], EngineWorker]
+    capabilities: frozenset[Capability]
+    resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1})
+    address: str | None = None
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    _actors: list[Any] = field(default_factory=list)
+
+    def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]:
+        ray = _ray()
+        if not ray.is_initialized():
+            ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, **self.init_kwargs)
+        available = ray.cluster_resources()
+        for res, amount in self.resources.items():
+            key = {"num_cpus": "CPU", "num_gpus": "GPU"}.get(res, res)
+            if available.get(key, 0.0) < amount * n:
+                raise RayUnavailable(
+                    f"ray cluster has {available.get(key, 0.0):g} {key}, {n} workers need {amount * n:g}"
+                )
+        self.shutdown_actors()
+        host = ray.remote(**self.resources)(EngineHost)
+        self._actors = [host.remote(self.factory) for _ in range(n)]
+        return [RayWorker(a) for a in self._actors]
+
+    def shutdown_actors(self) -> None:
+        ray = _ray()
+        for a in self._actors:
+            ray.kill(a)
+        self._actors = []

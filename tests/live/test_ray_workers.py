@@ -1,0 +1,102 @@
+"""Workers as Ray actors (live/ray_workers.py): the same executor over remote engines
+decides and generates exactly what it does over in-process ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveExecutor, WorkerCrashed  # noqa: E402
+from live.ray_workers import RayBackend, RayUnavailable  # noqa: E402
+from live.workload import from_trace  # noqa: E402
+from policies.registry import make_policy  # noqa: E402
+from tests.factories import LinearCost  # noqa: E402
+from tests.live.test_executor import INFO, KV, ScriptedEngine, _frame  # noqa: E402
+from traces.io import write_trace  # noqa: E402
+from traces.schema import TraceMeta  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Broken(ScriptedEngine):
+    def step(self):
+        raise RuntimeError("engine died\nsecond line")
+
+
+@pytest.fixture(scope="module")
+def trace_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ray") / "t.parquet"
+    write_trace(path, _frame(steps=2), TraceMeta(model="qwen2.5-7b", group_size=4, preset="test", seed=0))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # workers import this test package: give them the repository on their path
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    yield
+    ray.shutdown()
+
+
+def _run(engines, workload, policy: str):
+    ex = LiveExecutor(make_policy(policy), engines, workload, INFO,
+                      config=ExecutorConfig(kv_capacity_tokens=KV), cost_model=LinearCost(),
+                      capabilities=TORCH_CAPABILITIES)
+    ex.run()
+    return ex
+
+
+def _outcome(ex: LiveExecutor) -> list[list[tuple]]:
+    return [[(r.worker, r.tokens, r.finish_reason, r.drafted) for r in rec.requests] for rec in ex.records]
+
+
+def test_remote_workers_decide_and_generate_like_local_ones(cluster, trace_path: Path) -> None:
+    """Placement and speculation do not depend on timings under n-gram speculation, so
+    local and remote runs must agree request by request."""
+    policy = "ngram"
+    workload = from_trace(trace_path, vocab=256)
+    local = _run([ScriptedEngine() for _ in range(2)], workload, policy)
+    backend = RayBackend(factory=ScriptedEngine, capabilities=TORCH_CAPABILITIES)
+    remote = _run(backend.engines(2), workload, policy)
+    backend.shutdown_actors()
+    assert _outcome(local) == _outcome(remote)
+    assert {r.worker for rec in remote.records for r in rec.requests} == {0, 1}
+    assert sum(len(r.tokens) for r in remote.requests) > 0
+    # each iteration is charged the time the actor measured around its own step
+    assert all(it[2] > 0 for rec in remote.records for it in rec.iterations)
+
+
+def test_a_crashing_remote_worker_is_one_clear_error(cluster, trace_path: Path) -> None:
+    workload = from_trace(trace_path, vocab=256)
+    backend = RayBackend(factory=Broken, capabilities=TORCH_CAPABILITIES)
+    with pytest.raises(WorkerCrashed, match=r"^worker 0 crashed at step 0: RuntimeError: engine died$"):
+        _run(backend.engines(1), workload, "verl")
+    backend.shutdown_actors()
+
+
+def test_a_cluster_too_small_for_the_workers_is_refused(cluster) -> None:
+    backend = RayBackend(factory=ScriptedEngine, capabilities=TORCH_CAPABILITIES,
+                         resources={"num_gpus": 1})
+    with pytest.raises(RayUnavailable, match="ray cluster has 0 GPU, 2 workers need 2"):
+        backend.engines(2)
+
+
+def test_no_ray_is_one_line(monkeypatch) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def no_ray(name, *a, **kw):
+        if name == "ray":
+            raise ImportError("no ray")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    from live.ray_workers import _ray
+
+    with pytest.raises(RayUnavailable, match="pip install"):
+        _ray()
