@@ -9,9 +9,15 @@ stores the a whose expected tokens per iteration equal the observed ones (and th
 counts go to the run directory's requests table).
 
 A drafter may also propose fewer than gamma tokens (an n-gram drafter finds no match most
-of the time at temperature 1). The simulator prices every speculative iteration as if
-gamma tokens were drafted; `draft_fill_<method>` (drafted / (gamma x iterations)) records
-how full the draft slots really were, for a simulator that prices verification by it.
+of the time at temperature 1). `draft_fill_<method>` (drafted / (gamma x iterations))
+records how full the draft slots really were: the simulator prices verification by it.
+`draft_hit_<method>` (iterations with at least one draft token / iterations) records how
+often the drafter proposed anything at all. Fill alone does not say that: an engine that
+pads the verify forward to its widest request pays the full verify width as soon as one
+request drafts, and plain decode cost when none does, so the expected cost of an iteration
+depends on P(no request drafts) = prod(1 - hit_i), not only on the mean fill (on a CPU run
+with SmolLM2 and n-gram drafting, 17% of iterations had no draft; pricing all of them at
+the mean fill overpredicted the run by 4%). Not a schema column yet (validation ignores it).
 
 Model-free drafters are deterministic and verification is exact match, so their
 acceptance on a recorded response is not a guess: replaying the drafter over the tokens
@@ -41,19 +47,21 @@ def replay_model_free(
     response: Sequence[int],
     siblings: Sequence[tuple[Sequence[int], Sequence[int]]],
     gamma: int,
-) -> tuple[int, int, int]:
-    """(tokens, iterations, drafted) the engine would need for `response` drafting with `method` at
-    draft length `gamma`. Siblings (prompt, response) are seen up to the same response
-    position: group members decoding side by side advance about one token per iteration."""
+) -> tuple[int, int, int, int]:
+    """(tokens, iterations, drafted, hits) the engine would need for `response` drafting with
+    `method` at draft length `gamma` (hits: iterations that drafted anything). Siblings
+    (prompt, response) are seen up to the same response position: group members decoding
+    side by side advance about one token per iteration."""
     drafter = model_free_drafter(method)
     ctx = list(prompt)
     n = len(response)
-    pos = iterations = drafted = 0
+    pos = iterations = drafted = hits = 0
     while pos < n:
         k = min(gamma, n - pos - 1)
         group = [[*p, *r[:pos]] for p, r in siblings] if method == "suffix" else []
         draft = drafter.propose(ctx, group, k) if k > 0 else []
         drafted += min(len(draft), k)
+        hits += min(len(draft), k) > 0
         accepted = 0
         while accepted < min(len(draft), k) and draft[accepted] == response[pos + accepted]:
             accepted += 1
@@ -61,4 +69,4 @@ def replay_model_free(
         ctx.extend(response[pos : pos + step])
         pos += step
         iterations += 1
-    return n, iterations, drafted
+    return n, iterations, drafted, hits

@@ -70,8 +70,10 @@ class _FixedDrafter:
         return [(t * 7 + 13 * (i + 1)) % self.vocab for i in range(k)]
 
 
-def _row(kind: str, b: int, n: int, ctx: int, gamma: int, t: float) -> dict[str, Any]:
-    return {
+def _row(
+    kind: str, b: int, n: int, ctx: int, gamma: int, t: float, cpu: float | None = None
+) -> dict[str, Any]:
+    row = {
         "kind": kind,
         "num_seqs": b,
         "new_tokens": n,
@@ -79,6 +81,11 @@ def _row(kind: str, b: int, n: int, ctx: int, gamma: int, t: float) -> dict[str,
         "gamma": gamma,
         "time_s": max(t, 1e-7),
     }
+    if cpu is not None:
+        # This thread's CPU time in the same steps (not read by the simulator): cpu_s well
+        # below time_s means the host took the core away while measuring.
+        row["cpu_s"] = max(cpu, 1e-7)
+    return row
 
 
 class Calibrator:
@@ -107,8 +114,12 @@ class Calibrator:
         return TorchEngine(self.model, device=self.device, dtype=self.dtype, max_batch=max(b, 1))
 
     def _prompt(self, i: int, n: int) -> list[int]:
+        """Random tokens; the first one differs between the requests of a batch, which is how
+        `_FixedDrafter` tells them apart."""
         g = self.torch.Generator().manual_seed(self.seed * 100003 + i)
-        return self.torch.randint(3, self.vocab, (n,), generator=g).tolist()
+        out = self.torch.randint(3, self.vocab, (n,), generator=g).tolist()
+        out[0] = 3 + i % (self.vocab - 3)
+        return out
 
     def _with_context(self, b: int, ctx: int, drafter: Any = None, gamma: int = 0):
         """An engine whose b requests each already hold `ctx` cached tokens."""
@@ -129,24 +140,27 @@ class Calibrator:
             reqs[i].kv = kv
         return eng
 
-    def _time_steps(self, eng: Any, repeats: int) -> tuple[float, float]:
-        """Median (step seconds, draft seconds) over `repeats` steps after one warm-up."""
+    def _time_steps(self, eng: Any, repeats: int) -> tuple[float, float, float]:
+        """Medians of (step seconds, draft seconds, step CPU seconds of this thread) over
+        `repeats` steps after one warm-up."""
         eng.step()
-        steps, drafts = [], []
+        steps, drafts, cpus = [], [], []
         for _ in range(repeats):
+            c0 = time.thread_time()
             t0 = time.perf_counter()
             eng.step()
             steps.append(time.perf_counter() - t0)
+            cpus.append(time.thread_time() - c0)
             drafts.append(eng.last_step.draft_s)
-        return statistics.median(steps), statistics.median(drafts)
+        return statistics.median(steps), statistics.median(drafts), statistics.median(cpus)
 
     def decode(self, sweep: Sweep) -> list[dict]:
         rows = []
         for b in sweep.batches:
             for ctx in sweep.contexts:
-                t, _ = self._time_steps(self._with_context(b, ctx), sweep.repeats)
+                t, _, cpu = self._time_steps(self._with_context(b, ctx), sweep.repeats)
                 # One warm-up + one timed step per repeat grew each context by 1 + repeats/2.
-                rows.append(_row("decode", b, b, b * (ctx + 1 + sweep.repeats // 2), 0, t))
+                rows.append(_row("decode", b, b, b * (ctx + 1 + sweep.repeats // 2), 0, t, cpu))
                 self.log(f"decode b={b} ctx={ctx}: {t * 1e3:.1f} ms")
         return rows
 
@@ -163,28 +177,33 @@ class Calibrator:
                     for k in sorted({1, b}):
                         drafter = _FixedDrafter(self.vocab, None if k == b else set(firsts[:k]))
                         eng = self._with_context(b, ctx, drafter, g)
-                        t, d = self._time_steps(eng, sweep.repeats)
+                        t, d, cpu = self._time_steps(eng, sweep.repeats)
                         n = b + (eng.last_step.num_drafted if eng.last_step else k * g)
-                        rows.append(_row("verify", b, n, b * (ctx + 1 + sweep.repeats // 2), g, t - d))
+                        rows.append(
+                            _row("verify", b, n, b * (ctx + 1 + sweep.repeats // 2), g, t - d, cpu - d)
+                        )
                         self.log(f"verify b={b} ctx={ctx} gamma={g} drafting={k}: {(t - d) * 1e3:.1f} ms")
         return rows
 
     def prefill(self, sweep: Sweep) -> list[dict]:
         rows = []
         for b, n in sweep.prefill:
-            firsts, decodes = [], []
+            firsts, decodes, cpu_firsts, cpu_decodes = [], [], [], []
             for r in range(max(1, sweep.repeats - 1)):
                 eng = self._engine(b)
                 for i in range(b):
                     eng.add_request(i, self._prompt(1000 * r + i, n), 1 << 20, self.seed, ())
-                t0 = time.perf_counter()
+                c0, t0 = time.thread_time(), time.perf_counter()
                 eng.step()
-                t1 = time.perf_counter()
+                c1, t1 = time.thread_time(), time.perf_counter()
                 eng.step()
                 firsts.append(t1 - t0)
                 decodes.append(time.perf_counter() - t1)
+                cpu_firsts.append(c1 - c0)
+                cpu_decodes.append(time.thread_time() - c1)
             t = statistics.median(firsts) - statistics.median(decodes)
-            rows.append(_row("prefill", 1, b * n, b * n, 0, t))
+            cpu = statistics.median(cpu_firsts) - statistics.median(cpu_decodes)
+            rows.append(_row("prefill", 1, b * n, b * n, 0, t, cpu))
             self.log(f"prefill {b}x{n}: {t * 1e3:.1f} ms")
         return rows
 
@@ -208,17 +227,28 @@ class Calibrator:
             for ctx in contexts:
                 seqs = [self._prompt(i, ctx) for i in range(b)]
                 group = [seqs[:2] for _ in range(b)]
-                times = []
+                times, cpus = [], []
                 for r in range(sweep.repeats + 1):
                     items = [(s, [g for g in group[i] if g is not s], gamma) for i, s in enumerate(seqs)]
-                    t0 = time.perf_counter()
+                    c0, t0 = time.thread_time(), time.perf_counter()
                     propose_many(drafter, items)
                     if r:
                         times.append(time.perf_counter() - t0)
+                        cpus.append(time.thread_time() - c0)
                     for s in seqs:
                         s.append(s[-1])  # one more token per step, as decoding does
                 d = statistics.median(times)
-                rows.append(_row(f"draft:{name}", b, b, b * (ctx + 1 + sweep.repeats // 2), gamma, d))
+                rows.append(
+                    _row(
+                        f"draft:{name}",
+                        b,
+                        b,
+                        b * (ctx + 1 + sweep.repeats // 2),
+                        gamma,
+                        d,
+                        statistics.median(cpus),
+                    )
+                )
                 self.log(f"draft:{name} b={b} ctx={ctx}: {d * 1e3:.2f} ms")
         return rows
 
@@ -260,6 +290,10 @@ def calibrate_profile(
     cap, cap_note = kv_capacity(loaded, device, budget_gib)
     import torch
 
+    timed = [r for r in rows if "cpu_s" in r and r["kind"] in ("decode", "verify")]
+    if timed:
+        notes["cpu_share"] = round(sum(r["cpu_s"] for r in timed) / sum(r["time_s"] for r in timed), 3)
+
     return {
         "format": "simctl-profile/1",
         "backend": "torch",
@@ -274,6 +308,8 @@ def calibrate_profile(
             "threads": torch.get_num_threads(),
             "seconds": round(time.perf_counter() - t0, 1),
             "method": "TorchEngine.step() medians; decode/verify over random KV contexts",
+            "cpu_s": "per row, this thread's CPU time in the same steps; notes.cpu_share (decode and "
+            "verify CPU over wall time) well below 1 means other processes took the core while measuring",
             **notes,
         },
     }
@@ -361,6 +397,7 @@ def calibrate_cmd(
             _ints(batches, DEFAULT_BATCHES) if batches else None,
             _ints(contexts, DEFAULT_CONTEXTS) if contexts else None,
             repeats,
+            _ints(gammas, DEFAULT_GAMMAS) if gammas else None,
         )
         try:
             doc = vllm_profile(

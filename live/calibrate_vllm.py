@@ -1,25 +1,35 @@
-"""`simctl calibrate --backend vllm`: decode and prefill costs of in-process vLLM
-engines (the vLLM venv of live/vllm_cpu/install.sh), in the same `simctl-profile/1` rows
-as the torch backend.
+"""`simctl calibrate --backend vllm`: decode, prefill and verify costs of in-process
+vLLM engines (the vLLM venv of live/vllm_cpu/install.sh), in the same `simctl-profile/1`
+rows as the torch backend.
 
 - decode: b requests with `ctx`-token prompts; the first step(s) prefill them (timed as a
   prefill row, minus one decode step, as for the torch backend), then decode steps are
   timed. vLLM's paged cache has no padding, so real prompts are used.
-- no verify rows yet: vLLM gives no way to force full-width drafts (an n-gram engine over
-  repetitive prompts measured verify steps *faster* than decode at b=32, i.e. it mostly
-  did not draft), and wrong rows are worse than none: without them the simulator prices
-  verification with the decode law (optimistic for speculative policies).
-- no draft rows: vLLM's n-gram proposer runs inside the step.
+- verify, per draft length gamma (--gammas): an engine with vLLM's n-gram speculator
+  (`num_speculative_tokens` = gamma, prompt lookup 2..4, as `simctl live --backend vllm`
+  starts it). Drafts cannot be forced, so the prompts make the n-gram lookup succeed:
+  k of the b requests get a periodic prompt (a short random pattern repeated, so every
+  2-4-token suffix has an earlier match) and the others a random one, for k = 1 and b.
+  What was really drafted in each timed step is read from vLLM's own counter
+  (`vllm:spec_decode_num_draft_tokens`), so a row's new_tokens = b + drafted is measured,
+  not assumed (a step that drafted nothing is no verify step and is left out; twice
+  --repeats steps are run so that enough of them drafted).
+- draft:ngram / draft:suffix rows of ~0 s: vLLM's proposer runs inside the step, so its
+  cost is in the verify rows already (the simulator adds draft time on top).
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from live.calibrate import Sweep, _row
+
+PERIOD = 7  # tokens in the repeated pattern of a prompt the n-gram lookup always matches
+IN_STEP_DRAFTERS = ("ngram", "suffix")  # vLLM proposes inside its step: draft time is in verify
 
 
 class VllmCalibrator:
@@ -94,6 +104,101 @@ class VllmCalibrator:
             engine.step()
         return first, statistics.median(steps)
 
+    def _periodic(self, i: int, n: int, period: int = PERIOD) -> list[int]:
+        """A random pattern of `period` tokens repeated to `n` tokens."""
+        pattern = self._prompt(50_000 + i, period)
+        return (pattern * (n // period + 1))[:n]
+
+    def _spec_engine(self, gamma: int, max_num_seqs: int) -> Any:
+        from vllm import EngineArgs, LLMEngine
+
+        from live.vllm_backend import speculative_config
+        from policies.contract import SpecConfig
+
+        args = EngineArgs(
+            model=self.model_dir,
+            dtype="float32",
+            enforce_eager=True,
+            seed=self.seed,
+            max_num_seqs=max_num_seqs,
+            speculative_config=speculative_config(SpecConfig(method="ngram", gamma=gamma)),
+            disable_log_stats=False,
+        )
+        return LLMEngine.from_engine_args(args)
+
+    def measure_verify(
+        self,
+        engine: Any,
+        b: int,
+        ctx: int,
+        k: int,
+        gamma: int,
+        repeats: int,
+        drafted_total: Callable[[], float] | None = None,
+    ) -> tuple[float, float, int]:
+        """(median step seconds, median tokens drafted per step, steps that drafted) for b
+        requests of which k have periodic prompts, after their prefill and one warm-up step."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        counter = drafted_total or draft_tokens_counter
+        params = SamplingParams(
+            max_tokens=(repeats + 2) * (gamma + 1) + 8,
+            temperature=0.0,
+            ignore_eos=True,
+            output_kind=RequestOutputKind.DELTA,
+            detokenize=False,
+        )
+        ids = [f"cal-v-{time.perf_counter_ns()}-{i}" for i in range(b)]
+        for i, rid in enumerate(ids):
+            prompt = self._periodic(i, ctx) if i < k else self._prompt(i, ctx)
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), params)
+        produced: set[str] = set()
+        while len(produced) < b:
+            produced.update(o.request_id for o in engine.step() if o.outputs and o.outputs[0].token_ids)
+        engine.step()
+        steps, drafted = [], []
+        for _ in range(repeats):
+            d0 = counter()
+            t = time.perf_counter()
+            engine.step()
+            dt = time.perf_counter() - t
+            d = counter() - d0
+            if d > 0:
+                steps.append(dt)
+                drafted.append(d)
+        engine.abort_request(ids)
+        while engine.has_unfinished_requests():
+            engine.step()
+        if not steps:
+            return 0.0, 0.0, 0
+        return statistics.median(steps), statistics.median(drafted), len(steps)
+
+    def verify_rows(self, sweep: Sweep) -> list[dict]:
+        out = []
+        for gamma in sweep.gammas:
+            engine = self._spec_engine(gamma, max(sweep.batches))
+            self.measure_verify(engine, 1, 16, 1, gamma, 2)  # warm-up
+            for b in sweep.batches:
+                for ctx in sweep.contexts:
+                    for k in sorted({1, b}):
+                        t, d, n_steps = self.measure_verify(engine, b, ctx, k, gamma, 2 * sweep.repeats)
+                        if not n_steps:
+                            self.log(
+                                f"vllm verify b={b} ctx={ctx} gamma={gamma} k={k}: nothing drafted, no row"
+                            )
+                            continue
+                        total = b * (ctx + 1 + sweep.repeats // 2)
+                        out.append(_row("verify", b, b + round(d), total, gamma, t))
+                        self.log(
+                            f"vllm verify b={b} ctx={ctx} gamma={gamma} periodic={k}: {t * 1e3:.1f} ms, "
+                            f"{d:.0f} drafted"
+                        )
+            del engine
+            gc.collect()
+        return out
+
     def rows(self, sweep: Sweep) -> list[dict]:
         out = []
         plain = self._engine(max(sweep.batches))
@@ -105,7 +210,28 @@ class VllmCalibrator:
                 out.append(_row("decode", b, b, total, 0, step))
                 out.append(_row("prefill", 1, b * ctx, b * ctx, 0, max(first - step, 1e-6)))
                 self.log(f"vllm decode b={b} ctx={ctx}: {step * 1e3:.1f} ms, prefill {first * 1e3:.0f} ms")
+        self._engine_obj = plain = None
+        gc.collect()
+        if sweep.gammas:
+            out += self.verify_rows(sweep)
+            g, ctx = max(sweep.gammas), min(sweep.contexts)
+            out += [
+                _row(f"draft:{m}", b, b, b * ctx, g, 1e-7) for m in IN_STEP_DRAFTERS for b in sweep.batches
+            ]
         return out
+
+
+def draft_tokens_counter() -> float:
+    """vLLM's running total of proposed draft tokens (all engines of this process)."""
+    from vllm.v1.metrics.reader import Counter, get_metrics_snapshot
+
+    return float(
+        sum(
+            m.value
+            for m in get_metrics_snapshot()
+            if isinstance(m, Counter) and m.name == "vllm:spec_decode_num_draft_tokens"
+        )
+    )
 
 
 def vllm_profile(
@@ -137,16 +263,22 @@ def vllm_profile(
             "kv_capacity_tokens": f"VLLM_CPU_KVCACHE_SPACE={kv_gib:g} GiB / the model's KV bytes per token",
             "threads": threads,
             "seconds": round(time.perf_counter() - t0, 1),
-            "method": "in-process LLMEngine.step() medians (decode, prefill); no verify rows",
+            "method": "in-process LLMEngine.step() medians (decode, prefill; verify with vLLM's n-gram "
+            "speculator, drafted tokens from its counter); draft rows ~0 s (drafting is inside the step)",
         },
     }
 
 
-def default_vllm_sweep(batches: Sequence[int] | None, contexts: Sequence[int] | None, repeats: int) -> Sweep:
+def default_vllm_sweep(
+    batches: Sequence[int] | None,
+    contexts: Sequence[int] | None,
+    repeats: int,
+    gammas: Sequence[int] | None = None,
+) -> Sweep:
     return Sweep(
         batches=tuple(batches or (1, 4, 16, 32)),
         contexts=tuple(contexts or (64, 256)),
-        gammas=(4,),
+        gammas=tuple(gammas or (4,)),
         drafters=(),
         repeats=repeats,
     )

@@ -115,6 +115,33 @@ class StepRecord:
     events: int
     counters: Counter[str]
     complete: bool = True
+    # One row per engine iteration, ITERATION_COLUMNS: what the cost model is asked to price
+    # (batch, query tokens, context, prefill) next to what the engine measured.
+    iterations: list[tuple] = field(default_factory=list)
+
+
+ITERATION_COLUMNS = [
+    "worker",
+    "t0_s",  # the worker's clock when the iteration started
+    "engine_s",  # measured engine step (what the worker's clock advanced by, before bookkeeping)
+    "engine_cpu_s",  # CPU time of this thread in it: engine_cpu_s / engine_s < 1 means the host
+    # took the core away (other processes) or the engine waited on other threads, a device or
+    # a remote worker (Ray: ~0, the step runs in the actor)
+    "batch",  # running requests
+    "new_tokens",  # batch + draft tokens verified (the simulator's new_tokens; prefill apart)
+    "context_tokens",  # prompt + generated tokens of the running requests (the simulator's)
+    "prefill_tokens",  # uncached tokens of requests admitted since the previous iteration
+    "drafted",  # draft tokens proposed (and verified) in this iteration (vLLM backend: only
+    # known when a request finishes, so its drafted total lands in that iteration)
+    "drafting",  # requests that proposed at least one token
+    "speculating",  # requests running with a drafter (gamma > 0)
+    "gamma",  # widest draft length asked of the speculating requests (0: none)
+    "method",  # the draft method most of them use ("" when none speculates)
+    "accepted",
+    "draft_s",  # the engine's own split of engine_s, when it reports one (else 0)
+    "forward_s",
+    "sample_s",
+]
 
 
 @dataclass
@@ -140,6 +167,7 @@ class _StepState:
     policy_s: float = 0.0
     engine_s: float = 0.0
     bookkeeping_s: float = 0.0
+    iterations: list[tuple] = field(default_factory=list)
 
 
 class LiveExecutor:
@@ -240,6 +268,7 @@ class LiveExecutor:
             if w.running or w.waiting:
                 raise LiveError(f"worker {w.id} still holds requests from the previous step")
             w.clock, w.role, w.iteration, w.since_tick, w.idle_reported = 0.0, Role.ROLLOUT, 0, 0, False
+            w.prefill_tokens = 0
         self._st = _StepState(work, time.perf_counter())
         self._st.roles.extend((w.id, 0.0, Role.ROLLOUT.value) for w in self.workers)
 
@@ -265,7 +294,11 @@ class LiveExecutor:
         st = self._st
         assert st is not None
         batch, kv = len(w.running), self.kv_used(w)
-        gammas = [self._effective(self.requests[rid], w).gamma for rid in w.running]
+        specs = [self._effective(self.requests[rid], w) for rid in w.running]
+        gammas = [s.gamma if s.enabled else 0 for s in specs]
+        methods = Counter(s.method for s, g in zip(specs, gammas, strict=True) if g > 0 and s.method)
+        prefill, w.prefill_tokens = w.prefill_tokens, 0
+        c0 = time.thread_time()
         t0 = time.perf_counter()
         try:
             deltas = w.engine.step()
@@ -274,14 +307,21 @@ class LiveExecutor:
                 f"worker {w.id} crashed at step {self.step_no}: {type(exc).__name__}: {_first_line(exc)}"
             ) from exc
         t1 = time.perf_counter()
-        engine_s = t1 - t0
+        engine_cpu_s = time.thread_time() - c0
+        timing = w.engine.last_timing
+        # a remote worker times its step itself: the call's round trip is not engine time
+        engine_s = timing.engine_s if timing.engine_s is not None else t1 - t0
         st.engine_s += engine_s
         start = w.clock
         w.clock += engine_s
         self.now = w.clock
         policy_before = st.policy_s
         ended: list[tuple[LiveRequest, bool]] = []
+        drafted = drafting = accepted = 0
         for d in deltas:
+            drafted += d.drafted
+            drafting += d.drafted > 0
+            accepted += d.accepted
             r = self.requests[d.request]
             if d.tokens and r.first_token_s is None:
                 r.first_token_s = self.now
@@ -298,12 +338,34 @@ class LiveExecutor:
                 m.drafted += d.drafted
                 m.accepted += d.accepted
                 m.gamma_sum += spec.gamma
+                m.hits += d.drafted > 0
             if d.ended or r.generated >= r.dispatch_end:
                 if not d.ended:
                     w.engine.abort(r.id)
                 ended.append((r, d.stopped))
         w.iteration += 1
         spec_g = [g for g in gammas if g > 0]
+        st.iterations.append(
+            (
+                w.id,
+                start,
+                engine_s,
+                engine_cpu_s,
+                batch,
+                batch + drafted,
+                kv,
+                prefill,
+                drafted,
+                drafting,
+                len(spec_g),
+                max(spec_g, default=0),
+                methods.most_common(1)[0][0] if methods else "",
+                accepted,
+                timing.draft_s,
+                timing.forward_s,
+                timing.sample_s,
+            )
+        )
         seg = [w.id, start, 0.0, 1, batch, kv, sum(spec_g) / len(spec_g) if spec_g else 0.0]
         done = {r.id for r, _ in ended}
         w.running = [rid for rid in w.running if rid not in done]
@@ -413,6 +475,7 @@ class LiveExecutor:
         key = f"{self.step_no}/{r.spec_in.prompt_id}/{r.spec_in.sample}"
         group = (self.step_no, r.spec_in.prompt_id)
         notes = w.engine.add(r.id, key, prompt, r.dispatch_end - r.generated, spec, group)
+        w.prefill_tokens += len(prompt)
         r.running_spec = spec
         self._note(notes)
 
@@ -625,6 +688,7 @@ class LiveExecutor:
             events=st.events,
             counters=st.counters,
             complete=complete,
+            iterations=st.iterations,
         )
 
     def _extend_history(self) -> None:

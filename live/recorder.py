@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from live.acceptance import fit_alpha, replay_model_free
 from live.drafters import MODEL_FREE
-from live.executor import Overhead, StepRecord
+from live.executor import ITERATION_COLUMNS, Overhead, StepRecord
 from live.state import LiveRequest
 from live.workload import Workload
 from sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
@@ -34,9 +34,10 @@ from traces.schema import TraceMeta, accept_column
 LENT_ROLES = {"drafter", "verifier", "spot-trainer", "trainer"}
 TIMELINE_COLUMNS = ["worker", "t0_s", "t1_s", "iterations", "batch", "kv_tokens", "gamma_mean"]
 DEFAULT_GAMMA = 4  # draft length for offline acceptance of methods no policy ran
+FILL_PREFIX = "draft_fill_"  # traces/schema.py; the simulator prices verification by it
 # Not (yet) a schema column: validation ignores unknown columns and the simulator does not
-# read it; see live.acceptance for why it is recorded.
-FILL_PREFIX = "draft_fill_"
+# read it yet; see live.acceptance for why it is recorded.
+HIT_PREFIX = "draft_hit_"
 
 
 @dataclass
@@ -151,8 +152,9 @@ def _recordable(rec: StepRecord) -> list[LiveRequest]:
 
 def _acceptance(
     runs: list[PolicyRun], base: list[list[LiveRequest]], offline: bool
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(accept_<method>, draft_fill_<method>) per recorded row (units: live.acceptance)."""
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(accept_<method>, draft_fill_<method>, draft_hit_<method>) per recorded row (units:
+    live.acceptance)."""
     by_key: dict[tuple[int, int, int], list[LiveRequest]] = {}
     for run in runs:
         for rec in run.records:
@@ -162,10 +164,11 @@ def _acceptance(
     methods = sorted({m for rs in by_key.values() for r in rs for m in r.by_method})
     if offline:
         methods = sorted({*methods, *MODEL_FREE})
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for m in methods:
         vals = np.full(len(flat), np.nan)
         fill = np.full(len(flat), np.nan)
+        hit = np.full(len(flat), np.nan)
         gammas = []
         for i, (step, r) in enumerate(flat):
             stats = [
@@ -180,19 +183,22 @@ def _acceptance(
                 gammas.append(gamma)
                 vals[i] = fit_alpha(tok, it, gamma)
                 fill[i] = min(1.0, sum(s.drafted for s in stats) / max(1, sum(s.gamma_sum for s in stats)))
+                hit[i] = sum(s.hits for s in stats) / it
         missing = np.isnan(vals)
         if missing.any() and m in MODEL_FREE:
             gamma = round(float(np.mean(gammas))) if gammas else DEFAULT_GAMMA
             for i in np.flatnonzero(missing):
                 step, r = flat[i]
                 sibs = [(s.spec_in.prompt, s.tokens) for s in _siblings(base, step, r)]
-                tok, it, drafted = replay_model_free(m, r.spec_in.prompt, r.tokens, sibs, gamma)
+                tok, it, drafted, hits = replay_model_free(m, r.spec_in.prompt, r.tokens, sibs, gamma)
                 vals[i] = fit_alpha(tok, it, gamma)
                 fill[i] = min(1.0, drafted / max(1, gamma * it))
+                hit[i] = hits / max(1, it)
         elif missing.any():
             vals[missing] = float(np.nanmean(vals)) if (~missing).any() else 0.0
             fill[missing] = float(np.nanmean(fill)) if (~missing).any() else 1.0
-        out[m] = (vals.astype(np.float32), fill.astype(np.float32))
+            hit[missing] = float(np.nanmean(hit)) if (~missing).any() else 1.0
+        out[m] = (vals.astype(np.float32), fill.astype(np.float32), hit.astype(np.float32))
     return out
 
 
@@ -229,9 +235,10 @@ def trace_table(
             "finish_s": np.array([r.finish_s for _, r in rows], np.float64),
         }
     )
-    for m, (vals, fill) in _acceptance(runs, base, offline_acceptance).items():
+    for m, (vals, fill, hit) in _acceptance(runs, base, offline_acceptance).items():
         df[accept_column(m)] = vals
         df[f"{FILL_PREFIX}{m}"] = fill
+        df[f"{HIT_PREFIX}{m}"] = hit
     lists = {
         "prompt_tokens": pa.array([list(r.spec_in.prompt) for _, r in rows], type=pa.list_(pa.int32())),
         "response_tokens": pa.array([r.tokens for _, r in rows], type=pa.list_(pa.int32())),
@@ -322,6 +329,19 @@ def timeline_frame(run: PolicyRun) -> pd.DataFrame:
     return df.astype({"worker": np.int32, "iterations": np.int64, "batch": np.int64, "kv_tokens": np.int64})
 
 
+def iterations_frame(run: PolicyRun) -> pd.DataFrame:
+    """One row per engine iteration (columns: live.executor.ITERATION_COLUMNS), for checking
+    a cost profile against the iterations a live run really ran (bench/bench_live.py)."""
+    frames = [
+        pd.DataFrame(rec.iterations, columns=ITERATION_COLUMNS).assign(
+            policy=run.name, step=np.int32(rec.step)
+        )
+        for rec in run.records
+        if rec.iterations
+    ]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITERATION_COLUMNS)
+
+
 def roles_frame(run: PolicyRun) -> pd.DataFrame:
     frames = [
         pd.DataFrame(rec.roles, columns=["worker", "time_s", "role"]).assign(policy=run.name, step=rec.step)
@@ -376,13 +396,15 @@ def _json_default(x: object) -> object:
 
 
 def write_run_dir(out: Path, doc: dict, runs: list[PolicyRun]) -> None:
-    """run.json + requests/timeline/roles Parquet, each written atomically; run.json last,
-    so a directory with a run.json always has its tables."""
+    """run.json + requests/timeline/roles Parquet (and iterations.parquet, which only live
+    runs have), each written atomically; run.json last, so a directory with a run.json
+    always has its tables."""
     out.mkdir(parents=True, exist_ok=True)
     tables = {
         "requests.parquet": [requests_frame(r) for r in runs],
         "timeline.parquet": [timeline_frame(r) for r in runs],
         "roles.parquet": [roles_frame(r) for r in runs],
+        "iterations.parquet": [iterations_frame(r) for r in runs],
     }
     for name, frames in tables.items():
         frames = [f for f in frames if len(f)]

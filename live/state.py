@@ -23,6 +23,7 @@ class MethodStats:
     drafted: int = 0
     accepted: int = 0
     gamma_sum: int = 0
+    hits: int = 0  # iterations in which the drafter proposed at least one token
 
 
 @dataclass(eq=False)
@@ -78,6 +79,7 @@ class LiveWorker:
     iteration: int = 0
     since_tick: int = 0
     idle_reported: bool = False
+    prefill_tokens: int = 0  # uncached tokens admitted since the last iteration
     _waiting: list[tuple[float, int, int]] = field(default_factory=list)  # (-priority, seq, rid)
     _seq: int = 0
     waiting_ids: set[int] = field(default_factory=set)

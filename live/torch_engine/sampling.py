@@ -133,6 +133,15 @@ def _apply_top_k_top_p(scores: torch.Tensor, top_ks: torch.Tensor, top_ps: torch
     return scores.masked_fill(~keep, float("-inf"))
 
 
+# Rows sampled together. Every operation is row-wise, so blocking changes no sample; it
+# keeps the float64/int64 [rows, vocab] temporaries small. Unblocked, their size grows with
+# the rows (a verify step samples gamma + 1 rows per request: 160 rows x 49k vocab is 63 MB
+# per temporary) and the per-row cost on CPU rose from ~2.3 ms to ~8 ms (memory traffic and
+# page faults): the cost of an iteration was then not linear in its sampled rows, which a
+# calibrated cost model assumes.
+ROW_BLOCK = 4
+
+
 @torch.inference_mode()
 def sample_tokens(
     logits: torch.Tensor,
@@ -143,13 +152,36 @@ def sample_tokens(
     """Sample one token per row of `logits` [N, V]; row i is the distribution for absolute
     position `positions[i]` of the request whose stream key is `keys[i]`.
 
-    Everything is row-wise, so a row's sample cannot depend on the other rows in the call.
+    Everything is row-wise, so a row's sample cannot depend on the other rows in the call
+    (rows are processed in blocks of `ROW_BLOCK` on CPU).
     """
-    n, vocab = logits.shape
+    n, _ = logits.shape
     if not (n == len(keys) == len(positions) == len(params)):
         raise ValueError("logits rows, keys, positions and params must have equal length")
     if n == 0:
         return torch.empty(0, dtype=torch.int64, device=logits.device)
+    if n <= ROW_BLOCK or logits.device.type != "cpu":
+        return _sample_rows(logits, keys, positions, params)
+    return torch.cat(
+        [
+            _sample_rows(
+                logits[i : i + ROW_BLOCK],
+                keys[i : i + ROW_BLOCK],
+                positions[i : i + ROW_BLOCK],
+                params[i : i + ROW_BLOCK],
+            )
+            for i in range(0, n, ROW_BLOCK)
+        ]
+    )
+
+
+def _sample_rows(
+    logits: torch.Tensor,
+    keys: Sequence[int],
+    positions: Sequence[int],
+    params: Sequence[SamplingParams],
+) -> torch.Tensor:
+    vocab = logits.shape[1]
     device = logits.device
     scores = logits.to(torch.float64)
     temps = torch.tensor([p.temperature for p in params], dtype=torch.float64, device=device)

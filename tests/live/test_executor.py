@@ -305,6 +305,42 @@ def test_fastest_of_n_replicas(trace_file: Path) -> None:
     assert ex.approximated == {}
 
 
+def test_iteration_records_are_what_the_cost_model_prices(trace_file: Path) -> None:
+    """One row per engine iteration: batch, query tokens (batch + drafted), context and the
+    prompt tokens admitted since the previous iteration, as the simulator prices them."""
+    import pandas as pd
+
+    from live.executor import ITERATION_COLUMNS
+
+    workload = from_trace(trace_file, vocab=256, steps=[0])
+    for name, gamma in (("verl", 0), ("ngram", 4)):
+        ex = _live(make_policy(name), workload, workers=2)
+        rec = ex.records[0]
+        it = pd.DataFrame(rec.iterations, columns=ITERATION_COLUMNS)
+        assert len(it) == sum(seg[3] for seg in rec.segments)
+        assert it["engine_s"].sum() == pytest.approx(rec.engine_s)
+        assert (it["engine_cpu_s"] >= 0).all()
+        assert (it["new_tokens"] == it["batch"] + it["drafted"]).all()
+        # no chunks or migration: every request prefilled its prompt once, in its first iteration
+        reqs = rec.requests[: rec.n_requests]
+        assert it["prefill_tokens"].sum() == sum(r.prompt_len for r in reqs)
+        for w in (0, 1):
+            mine = it[it["worker"] == w]
+            first = mine.iloc[0]
+            assert first["prefill_tokens"] == sum(r.prompt_len for r in reqs if r.worker == w)
+            assert first["context_tokens"] == first["prefill_tokens"]
+            assert (mine["t0_s"].diff().dropna() > 0).all()
+        # the scripted engine drafts gamma tokens for every speculating request
+        assert (it["speculating"] == (it["batch"] if gamma else 0)).all()
+        assert (it["drafted"] == gamma * it["batch"]).all()
+        assert (it["drafting"] == (it["batch"] if gamma else 0)).all()
+        assert set(it["gamma"]) == {gamma} and set(it["method"]) == {"ngram" if gamma else ""}
+        if gamma:
+            for r in reqs:
+                m = r.by_method["ngram"]
+                assert m.hits == m.iterations == r.spec_iters > 0
+
+
 def test_policy_that_places_nothing_fails(trace_file: Path) -> None:
     class Lazy(Policy):
         name = "lazy"
@@ -422,6 +458,15 @@ def test_recording_round_trip(tiny, tmp_path: Path) -> None:
     assert {"accept_ngram", "accept_suffix", "worker", "finish_s", "first_token_s"} <= set(trace.df.columns)
     assert trace.has_tokens()
     assert (trace.df["accept_ngram"].between(0, 1)).all()
+    for m in ("ngram", "suffix"):  # recorded (ngram ran) or replayed offline (suffix did not)
+        hit, fill = trace.df[f"draft_hit_{m}"], trace.df[f"draft_fill_{m}"]
+        assert hit.between(0, 1).all() and fill.between(0, 1).all()
+        assert (fill <= hit + 1e-6).all()  # a slot is filled only in an iteration that drafted
+    rec = runs[1].records[0]
+    hits = {(r.spec_in.prompt_id, r.spec_in.sample): r.by_method["ngram"] for r in rec.requests}
+    for pid, sample, hit in trace.df[["prompt_id", "sample", "draft_hit_ngram"]].itertuples(index=False):
+        m = hits[(pid, sample)]
+        assert hit == pytest.approx(m.hits / m.iterations)
     res = CliRunner().invoke(
         replay_cmd,
         [

@@ -88,8 +88,26 @@ def test_run_directory_has_replay_keys(run_dir: Path) -> None:
         } <= set(s["steps"][0])
         assert s["overhead"]["engine_s"] > 0
     assert doc["policies"]["ngram"]["steps"][0]["mean_accept_len"] >= 1.0
-    for name in ("requests", "timeline", "roles"):
+    for name in ("requests", "timeline", "roles", "iterations"):
         assert (run_dir / f"{name}.parquet").is_file()
+    import pandas as pd
+
+    from live.executor import ITERATION_COLUMNS
+
+    it = pd.read_parquet(run_dir / "iterations.parquet")
+    assert [*ITERATION_COLUMNS, "policy", "step"] == list(it.columns)
+    timeline = pd.read_parquet(run_dir / "timeline.parquet")
+    for name, s in doc["policies"].items():
+        mine = it[it["policy"] == name]
+        assert len(mine) == timeline[timeline["policy"] == name]["iterations"].sum()
+        assert mine["engine_s"].sum() == pytest.approx(s["overhead"]["engine_s"])
+        assert (mine["new_tokens"] == mine["batch"] + mine["drafted"]).all()
+        # the torch engine reports its split of each step
+        assert (mine["forward_s"] > 0).all()
+        assert (mine["draft_s"] + mine["forward_s"] <= mine["engine_s"]).all()
+    ngram = it[it["policy"] == "ngram"]
+    assert (ngram["speculating"] > 0).all() and set(ngram["method"]) == {"ngram"}
+    assert ngram["drafted"].sum() > 0
     assert json.loads((run_dir.parent / "m.json").read_text())["policies"].keys() == doc["policies"].keys()
     trace = Path(doc["trace"])
     assert trace == run_dir / "trace.parquet"

@@ -466,6 +466,22 @@ def test_sampling_is_row_independent_and_matches_softmax() -> None:
     torch.testing.assert_close(freq, torch.softmax(row[0].double(), 0), atol=0.03, rtol=0)
 
 
+def test_sampling_in_row_blocks_changes_no_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows are sampled in blocks (bounded temporaries, cost linear in rows): the same draws
+    as one block of all rows."""
+    from live.torch_engine import sampling
+
+    torch.manual_seed(1)
+    n = 3 * sampling.ROW_BLOCK + 2
+    logits = torch.randn(n, 50)
+    keys = [request_key(2, i % 5) for i in range(n)]
+    positions = list(range(10, 10 + n))
+    params = [SamplingParams(1.0), SamplingParams(0.0), SamplingParams(0.8, top_p=0.9)] * n
+    blocked = sample_tokens(logits, keys, positions, params[:n])
+    monkeypatch.setattr(sampling, "ROW_BLOCK", 10 * n)
+    assert sample_tokens(logits, keys, positions, params[:n]).tolist() == blocked.tolist()
+
+
 def test_gumbel_noise_depends_only_on_key_position_token() -> None:
     a = gumbel_noise([1, 2, 1], [5, 5, 6], 16, "cpu")
     b = gumbel_noise([1], [5], 32, "cpu")
