@@ -110,6 +110,17 @@ def _parse_trace_steps(text: str | None, available: list[int]) -> list[int] | No
     "multi-threaded step times erratic (5-10x under contention on 2 cores).",
 )
 @click.option(
+    "--ray",
+    "use_ray",
+    is_flag=True,
+    help="Run each worker's engine in its own Ray actor (one GPU each with --device cuda, "
+    "else one CPU), e.g. for workers on several GPUs or nodes; default: in-process.",
+)
+@click.option(
+    "--ray-address",
+    help="Ray cluster to join ('auto': the one `ray start` runs here); default: a local one.",
+)
+@click.option(
     "--record",
     "record_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -145,6 +156,8 @@ def live_cmd(
     draft_model,
     device,
     threads,
+    use_ray,
+    ray_address,
     record_path,
     json_path,
     out,
@@ -220,7 +233,23 @@ def live_cmd(
         group_size=workload.group_size,
         temperature=temperature,
     )
-    if backend == "vllm":
+    if use_ray:
+        from live.ray_workers import RayBackend, RayUnavailable, _ray
+        from live.session import BackendSpec
+
+        try:
+            _ray()
+        except RayUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
+        spec = BackendSpec(backend, model, seed, temperature, workload.stop_on_eos, max_num_seqs, device,
+                           draft_model, threads, budget)
+        engine_backend = RayBackend(
+            spec,
+            spec.capabilities,
+            resources={"num_gpus": 1.0} if device == "cuda" else {"num_cpus": 1.0},
+            address=ray_address,
+        )
+    elif backend == "vllm":
         from live.vllm_backend import VllmBackend
 
         if loaded.path is None:

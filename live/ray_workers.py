@@ -39,10 +39,11 @@ def _ray() -> Any:
 
 
 class EngineHost:
-    """The actor body: one engine, built in the actor's process."""
+    """The actor body: one engine, built in the actor's process by the backend that
+    `factory` returns there (for the policy, which may fix the engine's speculation)."""
 
-    def __init__(self, factory: Callable[[], EngineWorker]) -> None:
-        self.worker = factory()
+    def __init__(self, factory: Callable[[], Any], policy: Policy | None) -> None:
+        self.worker: EngineWorker = factory().engines(1, policy)[0]
 
     def add(
         self, request: int, key: Hashable, prompt: Sequence[int], max_tokens: int, spec: SpecConfig,
@@ -118,11 +119,13 @@ class RayWorker:
 
 @dataclass
 class RayBackend:
-    """Builds each worker's engine in its own actor. `factory` runs inside the actor;
-    `resources` is what one actor reserves (e.g. {"num_gpus": 1}); `address` joins a running
-    cluster ("auto") or, when None, starts a local one sized to the machine."""
+    """Builds each worker's engine in its own actor. `factory` (picklable, no arguments)
+    runs inside the actor and returns an in-process backend (`live.session.Backend`), whose
+    `engines(1, policy)` gives the actor its engine; `resources` is what one actor reserves
+    (e.g. {"num_gpus": 1}); `address` joins a running cluster ("auto") or, when None,
+    starts a local one sized to the machine."""
 
-    factory: Callable[[], EngineWorker]
+    factory: Callable[[], Any]
     capabilities: frozenset[Capability]
     resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1})
     address: str | None = None
@@ -143,7 +146,7 @@ class RayBackend:
                 )
         self.shutdown_actors()
         host = ray.remote(**self.resources)(EngineHost)
-        self._actors = [host.remote(self.factory) for _ in range(n)]
+        self._actors = [host.remote(self.factory, policy) for _ in range(n)]
         return [RayWorker(a) for a in self._actors]
 
     def shutdown_actors(self) -> None:

@@ -54,6 +54,52 @@ class TorchBackend:
         return out
 
 
+@dataclass(frozen=True)
+class BackendSpec:
+    """Everything needed to build a backend from scratch, picklable: `simctl live --ray`
+    sends it to each worker's actor, which loads the model on its own device."""
+
+    backend: str  # "torch" or "vllm"
+    model: str
+    seed: int
+    temperature: float
+    stop_on_eos: bool
+    max_num_seqs: int
+    device: str = "cpu"
+    draft_model: str | None = None
+    threads: int = 1
+    kv_gib: float = 2.0
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        if self.backend == "vllm":
+            from live.vllm_backend import VLLM_CAPABILITIES
+
+            return VLLM_CAPABILITIES
+        return TORCH_CAPABILITIES
+
+    def __call__(self) -> Backend:
+        if self.backend == "vllm":
+            from live.models import load_model
+            from live.vllm_backend import VllmBackend
+
+            path = load_model(self.model, device="cpu", seed=self.seed).path
+            if path is None:
+                raise LiveError("backend 'vllm' needs a model directory (smollm2 or a HF dir)")
+            return VllmBackend(path, self.seed, self.temperature, self.stop_on_eos, self.max_num_seqs,
+                               threads=self.threads, kv_gib=self.kv_gib)
+        import torch
+
+        from live.models import load_model
+
+        torch.set_num_threads(self.threads)
+        loaded = load_model(self.model, device=self.device, seed=self.seed)
+        small = (load_model(self.draft_model, device=self.device, seed=self.seed + 1).model
+                 if self.draft_model else None)
+        return TorchBackend(loaded, self.seed, self.temperature, self.stop_on_eos, self.max_num_seqs,
+                            self.device, small)
+
+
 class Backend(Protocol):
     capabilities: frozenset[Capability]
 

@@ -3,6 +3,7 @@ decides and generates exactly what it does over in-process ones."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,16 @@ ROOT = Path(__file__).resolve().parents[2]
 class Broken(ScriptedEngine):
     def step(self):
         raise RuntimeError("engine died\nsecond line")
+
+
+class Scripted:
+    """An in-process backend of scripted engines (what a factory builds in each actor)."""
+
+    def __init__(self, engine: type = ScriptedEngine) -> None:
+        self.engine = engine
+
+    def engines(self, n: int, policy=None) -> list:
+        return [self.engine() for _ in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +71,7 @@ def test_remote_workers_decide_and_generate_like_local_ones(cluster, trace_path:
     policy = "ngram"
     workload = from_trace(trace_path, vocab=256)
     local = _run([ScriptedEngine() for _ in range(2)], workload, policy)
-    backend = RayBackend(factory=ScriptedEngine, capabilities=TORCH_CAPABILITIES)
+    backend = RayBackend(factory=Scripted, capabilities=TORCH_CAPABILITIES)
     remote = _run(backend.engines(2), workload, policy)
     backend.shutdown_actors()
     assert _outcome(local) == _outcome(remote)
@@ -72,14 +83,14 @@ def test_remote_workers_decide_and_generate_like_local_ones(cluster, trace_path:
 
 def test_a_crashing_remote_worker_is_one_clear_error(cluster, trace_path: Path) -> None:
     workload = from_trace(trace_path, vocab=256)
-    backend = RayBackend(factory=Broken, capabilities=TORCH_CAPABILITIES)
+    backend = RayBackend(factory=functools.partial(Scripted, Broken), capabilities=TORCH_CAPABILITIES)
     with pytest.raises(WorkerCrashed, match=r"^worker 0 crashed at step 0: RuntimeError: engine died$"):
         _run(backend.engines(1), workload, "verl")
     backend.shutdown_actors()
 
 
 def test_a_cluster_too_small_for_the_workers_is_refused(cluster) -> None:
-    backend = RayBackend(factory=ScriptedEngine, capabilities=TORCH_CAPABILITIES,
+    backend = RayBackend(factory=Scripted, capabilities=TORCH_CAPABILITIES,
                          resources={"num_gpus": 1})
     with pytest.raises(RayUnavailable, match="ray cluster has 0 GPU, 2 workers need 2"):
         backend.engines(2)
@@ -100,3 +111,28 @@ def test_no_ray_is_one_line(monkeypatch) -> None:
 
     with pytest.raises(RayUnavailable, match="pip install"):
         _ray()
+
+
+def test_simctl_live_ray_records_what_an_in_process_run_records(cluster, tmp_path: Path) -> None:
+    """`simctl live --ray`: each worker's torch engine (a random tiny model, loaded in its
+    actor from the same seed) generates the same tokens as in-process engines."""
+    import torch
+    from click.testing import CliRunner
+
+    from live.cli import live_cmd
+    from traces.io import read_trace
+
+    args = ["--model", "random:tiny", "--prompts-per-step", "3", "--group-size", "2", "--max-tokens", "12",
+            "--policy", "verl", "--workers", "2"]
+    previous = torch.get_num_threads()
+    try:
+        local = CliRunner().invoke(live_cmd, [*args, "--record", str(tmp_path / "local.parquet")])
+        remote = CliRunner().invoke(live_cmd, [*args, "--ray", "--record", str(tmp_path / "ray.parquet")])
+    finally:
+        torch.set_num_threads(previous)
+    assert local.exit_code == 0, local.output
+    assert remote.exit_code == 0, remote.output
+    a, b = read_trace(tmp_path / "local.parquet"), read_trace(tmp_path / "ray.parquet")
+    assert a.df["response_len"].tolist() == b.df["response_len"].tolist()
+    tokens = [a.lists["response_tokens"].to_pylist(), b.lists["response_tokens"].to_pylist()]
+    assert tokens[0] == tokens[1] and sum(map(len, tokens[0])) > 0
