@@ -29,15 +29,11 @@ from live.workload import Workload
 from sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
 from sim.step_time import PostRollout, step_time
 from traces.io import atomic_write, write_trace
-from traces.schema import TraceMeta, accept_column
+from traces.schema import FILL_PREFIX, HIT_PREFIX, TraceMeta, accept_column
 
 LENT_ROLES = {"drafter", "verifier", "spot-trainer", "trainer"}
 TIMELINE_COLUMNS = ["worker", "t0_s", "t1_s", "iterations", "batch", "kv_tokens", "gamma_mean"]
 DEFAULT_GAMMA = 4  # draft length for offline acceptance of methods no policy ran
-FILL_PREFIX = "draft_fill_"  # traces/schema.py; the simulator prices verification by it
-# Not (yet) a schema column: validation ignores unknown columns and the simulator does not
-# read it yet; see live.acceptance for why it is recorded.
-HIT_PREFIX = "draft_hit_"
 
 
 @dataclass

@@ -8,6 +8,7 @@ next iteration boundary.
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -126,6 +127,8 @@ class StepSimulation:
             Worker(self, w, node, gpus, cost.kv_capacity_tokens) for w, (node, gpus) in enumerate(layout)
         ]
         self.view = SimView(self, **(view_extras or {}))
+        # measured profiles price verification by the draft length too (sim.cost_model)
+        self.cost_takes_gamma = "gamma" in inspect.signature(cost.iteration_time).parameters
 
     # ------------------------------------------------------------------ acceptance
     def method_index(self, method: str) -> int:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from policies.contract import SPEC_OFF, SpecConfig
-from traces.schema import FILL_PREFIX, accept_column
+from traces.schema import FILL_PREFIX, HIT_PREFIX, accept_column
 
 # Request states (int8 codes; names match RequestView.state).
 UNASSIGNED, WAITING, RUNNING, FINISHED, DEFERRED, CANCELLED = range(6)
@@ -32,9 +32,11 @@ class StepState:
     max_tokens: np.ndarray
     accept: dict[str, np.ndarray]  # method -> per-request acceptance probability
     fills: dict[str, np.ndarray] = field(default_factory=dict)  # method -> share of draft slots filled
+    hits: dict[str, np.ndarray] = field(default_factory=dict)  # method -> share of iterations drafting
     methods: list[str] = field(init=False)  # column order of accept_mat
     accept_mat: np.ndarray = field(init=False)  # (n, methods) acceptance probabilities
     fill_mat: np.ndarray = field(init=False)  # (n, methods) share of draft slots filled (1 = all)
+    hit_mat: np.ndarray = field(init=False)  # (n, methods) share of iterations that drafted (1 = all)
     req_method: np.ndarray = field(init=False)  # per-request override: index into methods, -1 none
     req_gamma: np.ndarray = field(init=False)  # per-request override draft length, 0 = none
     req_window: np.ndarray = field(init=False)  # decoupled draft window, 0 = coupled
@@ -84,6 +86,11 @@ class StepState:
             if self.methods
             else np.ones((n, 0))
         )
+        self.hit_mat = (
+            np.column_stack([self.hits.get(m, np.ones(n)) for m in self.methods])
+            if self.methods
+            else np.ones((n, 0))
+        )
         self.req_method = np.full(n, -1, np.int16)
         self.req_gamma = np.zeros(n, np.int16)
         self.req_window = np.zeros(n, np.int16)
@@ -114,6 +121,7 @@ class StepState:
         "dispatches",
         "accept_mat",
         "fill_mat",
+        "hit_mat",
         "req_method",
         "req_gamma",
         "req_window",
@@ -165,6 +173,9 @@ class StepState:
         fills = {
             c[len(FILL_PREFIX) :]: df[c].to_numpy(np.float64) for c in df.columns if c.startswith(FILL_PREFIX)
         }
+        hits = {
+            c[len(HIT_PREFIX) :]: df[c].to_numpy(np.float64) for c in df.columns if c.startswith(HIT_PREFIX)
+        }
         epoch = int(df["epoch"].iat[0]) if "epoch" in df.columns and len(df) else 0
         return cls(
             step=step,
@@ -176,6 +187,7 @@ class StepState:
             max_tokens=df["max_tokens"].to_numpy(np.int64),
             accept=accept,
             fills=fills,
+            hits=hits,
         )
 
     def context(self, ids: np.ndarray) -> np.ndarray:

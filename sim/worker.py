@@ -203,6 +203,33 @@ class Worker:
             alpha = np.where(tree, tree_acceptance(alpha, gamma, topk, verify), alpha)
         return alpha, gamma, method, window, topk, verify
 
+    def _verify_time(
+        self, ids: np.ndarray, methods: np.ndarray, gamma: np.ndarray, batch: np.ndarray | int,
+        new_tokens: np.ndarray | int, ctx: np.ndarray, order: np.ndarray, gone: np.ndarray, exact: bool,
+    ) -> np.ndarray:
+        """Seconds of each verify iteration. A model-free drafter often proposes nothing
+        (`draft_hit_<method>` < 1), and an iteration in which no request of the batch drafted
+        is a plain decode step: with P0 the chance of that (rows independent), the price is
+        P0 * decode + (1 - P0) * verify of the expected drafts given some were proposed.
+        Exact replay knows each iteration's drafts already. A measured profile is told the
+        widest draft length (its verify law depends on it)."""
+        st, cost = self.sim.state, self.sim.cost
+        spec = gamma > 0
+        kw = {"gamma": int(gamma[spec].max())} if self.sim.cost_takes_gamma and spec.any() else {}
+        hit = st.hit_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(len(ids))
+        if exact or not (spec & (hit < 1.0)).any():
+            return np.asarray(cost.iteration_time(batch, new_tokens, ctx, **kw), dtype=np.float64)
+        log_miss = np.where(spec, np.log(np.maximum(1.0 - hit, 1e-300)), 0.0)
+        if gone[-1] == 0:
+            p0: np.ndarray | float = float(np.exp(log_miss.sum()))
+        else:
+            p0 = np.exp(log_miss.sum() - np.concatenate([[0.0], np.cumsum(log_miss[order])])[gone])
+        drafts = np.asarray(new_tokens, np.float64) - batch
+        plain = np.asarray(cost.iteration_time(batch, batch, ctx, **kw), dtype=np.float64)
+        given = batch + drafts / np.maximum(1.0 - p0, 1e-12)  # tokens verified when someone drafted
+        some = np.asarray(cost.iteration_time(batch, given, ctx, **kw), dtype=np.float64)
+        return p0 * plain + (1.0 - p0) * some
+
     def _draft_times(
         self, ids, methods, gamma, window, topk, ctx: np.ndarray, finish: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -299,7 +326,7 @@ class Worker:
         by the rows still running in it. With nothing waiting, the block runs through
         several finishes (stopping at each to report it), as plain decoding does; the
         horizon is the expected iterations to the last finish, bounded by SPEC_BLOCK_CELLS."""
-        st, cost = self.sim.state, self.sim.cost
+        st = self.sim.state
         alpha, gamma, methods, window, topk, verify = arrays
         b = len(ids)
         rows = gamma > 0
@@ -358,7 +385,8 @@ class Worker:
             batch = (b - gone).astype(np.float64)
             gone_slots = np.concatenate([[0.0], np.cumsum(slots[order])])[gone]
             new_tokens = np.round(slots.sum() - gone_slots)
-        verify_s = np.asarray(cost.iteration_time(batch, new_tokens, ctx), dtype=np.float64)
+        verify_s = self._verify_time(ids, methods, gamma, batch, new_tokens, ctx, order, gone,
+                                     exact_slots is not None)
         coupled, decoupled = self._draft_times(ids, methods, gamma, window, topk, ctx, fin)
         t = np.maximum(verify_s, decoupled) + coupled
         t[0] += prefill

@@ -86,10 +86,18 @@ KNOWN_METHODS: dict[str, str] = {
 # (model-free drafters propose nothing when no n-gram matches); verification costs only the
 # filled slots. Absent means 1.
 FILL_PREFIX = "draft_fill_"
+# `draft_hit_<method>`: fraction of the request's verify iterations in which the drafter
+# proposed anything; an iteration in which no request of the batch drafted is a plain decode
+# step. Absent means 1.
+HIT_PREFIX = "draft_hit_"
 
 
 def fill_column(method: str) -> str:
     return f"{FILL_PREFIX}{method}"
+
+
+def hit_column(method: str) -> str:
+    return f"{HIT_PREFIX}{method}"
 
 
 def accept_column(method: str) -> str:
@@ -114,7 +122,7 @@ def column_type(name: str) -> pa.DataType | None:
     for col in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:
         if col.name == name:
             return col.type
-    if name.startswith(FILL_PREFIX):
+    if name.startswith((FILL_PREFIX, HIT_PREFIX)):
         return pa.float32()
     if name.startswith(ACCEPT_PREFIX):
         if name.endswith(BUCKET_SUFFIX):

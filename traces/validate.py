@@ -19,6 +19,7 @@ from traces.schema import (
     BUCKET_SUFFIX,
     FILL_PREFIX,
     FINISH_REASONS,
+    HIT_PREFIX,
     REQUIRED_COLUMNS,
     SCHEMA_VERSION,
     column_type,
@@ -136,7 +137,7 @@ def _check_groups(df: pd.DataFrame, meta_group_size: int) -> Iterator[str]:
 
 def _check_acceptance(trace: Trace) -> Iterator[str]:
     for name in trace.df.columns:
-        if not name.startswith((ACCEPT_PREFIX, FILL_PREFIX)):
+        if not name.startswith((ACCEPT_PREFIX, FILL_PREFIX, HIT_PREFIX)):
             continue
         v = trace.df[name].to_numpy(dtype=np.float64)
         bad = ~((v >= 0.0) & (v <= 1.0))  # NaN fails too

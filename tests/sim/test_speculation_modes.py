@@ -22,7 +22,7 @@ from policies.contract import (
 from sim.acceptance import stall_after_rejection
 from sim.engine import SimError
 from sim.replay import replay
-from tests.factories import make_frame, make_setup, make_trace
+from tests.factories import LinearCost, make_frame, make_setup, make_trace
 
 
 def test_stall_after_rejection_lays_out_windows() -> None:
@@ -168,3 +168,37 @@ def test_verification_is_charged_only_for_filled_draft_slots() -> None:
     # same acceptance process, cheaper verification iterations
     assert sparse.steps[0].mean_accept_len == pytest.approx(full.steps[0].mean_accept_len, rel=0.05)
     assert sparse.steps[0].rollout_makespan_s < full.steps[0].rollout_makespan_s
+
+
+class _VerifyStepCost(LinearCost):
+    """A verify iteration (more tokens than sequences) costs a fixed extra: nonlinear in
+    the tokens verified, so how often nobody drafts matters."""
+
+    extra_s: float = 0.004
+
+    def iteration_time(self, num_seqs, new_tokens, context_tokens):
+        b, n = np.asarray(num_seqs, float), np.asarray(new_tokens, float)
+        return np.asarray(self.base_s + self.extra_s * (n > b) + 0.0 * np.asarray(context_tokens, float))
+
+    def draft_time(self, drafter, num_seqs, context_tokens, gamma):
+        return np.zeros_like(np.asarray(context_tokens, float))
+
+
+@pytest.mark.parametrize("hit", [None, 0.25, 0.0])
+def test_iterations_in_which_nobody_drafted_cost_a_plain_decode(hit: float | None) -> None:
+    frame = make_frame([400], group_size=1, accept={"ngram": 0.0})
+    if hit is not None:
+        frame["draft_hit_ngram"] = hit
+        frame["draft_fill_ngram"] = hit  # drafts fill every slot when they exist
+    trace = make_trace(frame, group_size=1)
+    cost = _VerifyStepCost()
+    spec = _run_named("ngram", trace, cost)
+    plain = _run_named("verl", trace, cost)
+    per_iteration = (spec - plain) / 400
+    share = 1.0 if hit is None else hit  # iterations that verify drafts
+    assert per_iteration == pytest.approx(share * cost.extra_s, rel=1e-6, abs=1e-12)
+
+
+def _run_named(name: str, trace, cost) -> float:
+    run = replay(make_setup(trace, cluster="h100x1:tp1", cost=cost), [name])[name]
+    return run.steps[0].rollout_makespan_s
