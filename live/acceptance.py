@@ -17,7 +17,7 @@ pads the verify forward to its widest request pays the full verify width as soon
 request drafts, and plain decode cost when none does, so the expected cost of an iteration
 depends on P(no request drafts) = prod(1 - hit_i), not only on the mean fill (on a CPU run
 with SmolLM2 and n-gram drafting, 17% of iterations had no draft; pricing all of them at
-the mean fill overpredicted the run by 4%). Not a schema column yet (validation ignores it).
+the mean fill overpredicted the run by 4%). The simulator prices that mix (`sim/worker.py`).
 
 Model-free drafters are deterministic and verification is exact match, so their
 acceptance on a recorded response is not a guess: replaying the drafter over the tokens
