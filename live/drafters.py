@@ -4,8 +4,10 @@ The method names are the trace schema's (traces/schema.py KNOWN_METHODS). Where 
 backend has no faithful drafter for a method it substitutes the closest one and says so:
 the executor counts every substitution in run.json's "approximated".
 
-Parameters of the model-free drafters live here only, because `live.acceptance` replays the
-same drafters offline over recorded tokens and must propose exactly what the engine would.
+Parameters of the model-free drafters live here (the n-gram match lengths in
+`policies.suffix_tree`, which the simulator's exact replay shares), because
+`live.acceptance` replays the same drafters offline over recorded tokens and must propose
+exactly what the engine would.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from live.torch_engine import Drafter, ModelDrafter, NgramDrafter, SuffixDrafter, quantize_w4_rtn
+from policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH
 
 # vLLM's usual n-gram settings (prompt_lookup_min 2, max 4): a 1-token match proposes
 # too often at low acceptance, which costs verify width on every iteration.
-NGRAM_MIN_N = 2
-NGRAM_MAX_N = 4
+NGRAM_MIN_N = NGRAM_MIN_MATCH  # policies.suffix_tree: the simulator replays the same
+NGRAM_MAX_N = NGRAM_MAX_MATCH
 SUFFIX_MAX_DEPTH = 32
 MODEL_FREE = ("ngram", "suffix")
 KNOWN = ("ngram", "suffix", "history", "w4_self", "draft_small", "draft_medium", "eagle")

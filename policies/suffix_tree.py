@@ -71,13 +71,16 @@ class DraftRule:
         the request's prompt group in this step, siblings' tokens visible in batches of
         `append_tokens` (Seer §4.4 batched appends) and its own tokens at once; "own":
         only the request itself (Seer's no-group-context ablation, Table 2's n = 0);
-        "history": the prompt's responses in the previous epoch (RhymeRL §5.3).
+        "history": the prompt's responses in the previous epoch (RhymeRL §5.3);
+        "lookup": prompt lookup (the `ngram` method): the most recent earlier occurrence
+        in the request's own prompt + output of its last n tokens, n from `max_match`
+        down to `min_match`, proposes what followed it.
     weight: "count" (Seer's suffix frequencies) or "reward" (RhymeRL's branch priority;
         a count tie-breaker of 1e-3 per occurrence keeps all-zero-reward groups usable).
     aimd: per-request AIMD draft window (RhymeRL); None = the SpecConfig's fixed gamma.
     """
 
-    source: Literal["group", "own", "history"]
+    source: Literal["group", "own", "history", "lookup"]
     min_match: int = 3
     max_match: int = 7
     weight: Literal["count", "reward"] = "count"
@@ -91,6 +94,10 @@ class DraftRule:
 
 # The tie-breaker that keeps reward weights ordered by frequency among equal rewards.
 REWARD_COUNT_EPS = 1e-3
+# The n-gram (prompt lookup) drafter's match lengths, shared by the live engine's drafter
+# and the simulator's exact replay of it.
+NGRAM_MIN_MATCH = 2
+NGRAM_MAX_MATCH = 4
 
 
 def occurrence_weight(rule: DraftRule, reward: float | None) -> float:

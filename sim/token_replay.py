@@ -12,6 +12,10 @@ ones in `policies/suffix_tree.py`, configured by the policy's `DraftRule` per me
   per request with array operations; each verify iteration then only reads those arrays.
   The draft window is fixed (SpecConfig.gamma) or AIMD (RhymeRL §5.4), whose state is kept
   per request across the simulator's fast-forward blocks.
+- "lookup" (the `ngram` method: prompt lookup, live.torch_engine.NgramDrafter): for each
+  match length, the most recent earlier position with the same preceding n-gram is
+  precomputed per request with one sort of its n-gram hashes, so each iteration costs a few
+  lookups and the comparison of the draft with the recorded tokens.
 - "group" / "own" (Seer's grouped drafter and its no-group-context ablation): the tree
   grows as responses are generated, so each request is stepped iteration by iteration in
   Python over a per-group table (dicts keyed by 64-bit n-gram hashes; a false match needs a
@@ -47,7 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from policies.seer_acceptance import TABLE2_DRAFT, per_token_acceptance, table2_tau
-from policies.suffix_tree import REWARD_COUNT_EPS, DraftRule
+from policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH, REWARD_COUNT_EPS, DraftRule
 from sim.acceptance import sample_tokens
 from sim.state import FINISHED, StepState
 from traces.io import Trace
@@ -60,6 +64,7 @@ if TYPE_CHECKING:
 DEFAULT_RULES: Mapping[str, DraftRule] = {
     "suffix": DraftRule(source="group"),
     "history": DraftRule(source="history", weight="reward"),
+    "ngram": DraftRule(source="lookup", min_match=NGRAM_MIN_MATCH, max_match=NGRAM_MAX_MATCH),
 }
 
 # (rule, rows, paths, chain acceptance, per-token acceptance used) of a Table 2 draw
@@ -260,13 +265,14 @@ class StepReplay:
         # a policy asks for it): the history drafter then samples at its fixed gamma.
         self.rules = {**(DEFAULT_RULES if tokens is not None else {}), **(rules or {})}
         if tokens is None:
-            self.rules = {m: r for m, r in self.rules.items() if r.source != "history"}
+            self.rules = {m: r for m, r in self.rules.items() if r.source not in ("history", "lookup")}
         self.stats: dict[int, RequestStats] = {}
         self._plans: dict[int, _Plan] = {}
         self._seqs: dict[int, _Sequence] = {}
         self._groups: dict[int, _GroupTable] = {}
         self._hist: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # prompt -> (keys, best token)
         self._static: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # request -> (run, anchor)
+        self._lookups: dict[int, tuple[list[int], int, list[np.ndarray]]] = {}  # request -> lookup table
         n = state.n_requests
         pid = state.prompt_id[:n]
         order = np.argsort(pid, kind="stable")
@@ -326,6 +332,9 @@ class StepReplay:
             chain = st.accept_mat[r, m]
             if rule.source == "history":
                 out[sel] = self._history(rule, r, depth, iterations)
+            elif rule.source == "lookup":
+                for j, rid, d in zip(sel, r.tolist(), depth.tolist(), strict=True):
+                    out[j] = self._lookup_exact(rule, rid, d, iterations)
             else:
                 own = st.req_gamma[r] > 0
                 paths = np.where(own, st.req_topk[r], max(1, worker.spec.topk)).astype(np.int64)
@@ -489,6 +498,61 @@ class StepReplay:
             i += emitted
             pos_after.append(vis + i)
             drafted.append(drafts)
+            accepted.append(acc)
+        self._remember(rid, pos0, pos_after, drafted, accepted, np.zeros(len(pos_after)))
+        return out
+
+    # --------------------------------------------------------- prompt lookup (exact)
+    def _lookup_table(self, rule: DraftRule, rid: int) -> tuple[list[int], int, list[np.ndarray]]:
+        """(prompt + response tokens, prompt length, prev[n]) for the request: prev[i][p] is
+        the most recent p' < p whose preceding n tokens (n = max_match - i) equal those
+        before p, or -1; so the drafter at context length L proposes seq[prev[L]:...]."""
+        origin = self._origin(rid)
+        hit = self._lookups.get(origin)
+        if hit is None:
+            assert self.tokens is not None
+            row = int(self.rows[origin])
+            prompt = self.tokens.prompt(row)
+            arr = np.concatenate([prompt, self.tokens.response(row)]).astype(np.int64)
+            keys = ngram_keys(arr, rule.min_match, rule.max_match)
+            prev = []
+            for k in keys:
+                order = np.argsort(k, kind="stable")  # equal keys stay in position order
+                same = np.r_[False, k[order][1:] == k[order][:-1]]
+                p = np.full(len(k), -1, np.int64)
+                p[order[same]] = order[np.flatnonzero(same) - 1]
+                p[k == 0] = -1  # contexts shorter than n
+                prev.append(p)
+            hit = self._lookups[origin] = (arr.tolist(), len(prompt), prev)
+        return hit
+
+    def _lookup_exact(self, rule: DraftRule, rid: int, depth: int, iterations: int) -> np.ndarray:
+        """Step one request iteration by iteration as the engine's prompt-lookup drafter
+        would (live.torch_engine.NgramDrafter): no draft past the dispatch's last token."""
+        seq, plen, prev = self._lookup_table(rule, rid)
+        pos0 = int(self.state.generated[rid])
+        end = self._end(rid)
+        out = np.ones(iterations, np.int16)
+        pos_after, drafted, accepted = [], [], []
+        pos = pos0
+        for it in range(iterations):
+            if pos >= end:
+                break
+            ctx = plen + pos  # tokens the drafter sees
+            k = min(depth, end - pos - 1)
+            acc = got = 0
+            if k > 0:
+                for p in prev:
+                    src = int(p[ctx])
+                    if src >= 0:
+                        got = min(k, ctx - src)
+                        while acc < got and seq[src + acc] == seq[ctx + acc]:
+                            acc += 1
+                        break
+            out[it] = acc + 1
+            pos += acc + 1
+            pos_after.append(pos)
+            drafted.append(got)
             accepted.append(acc)
         self._remember(rid, pos0, pos_after, drafted, accepted, np.zeros(len(pos_after)))
         return out
