@@ -276,3 +276,18 @@ def test_vllm_backend_live_run(tmp_path: Path) -> None:
     ngram = req[req["policy"] == "ngram"]
     assert ngram["drafted"].sum() > 0
     assert ngram["accepted"].sum() / ngram["drafted"].sum() > 0.05
+    # conformance on real engines: the simulator, replaying the recording with the same
+    # policies on as many workers, places every request on the engine that served it live
+    from sim.replay import replay
+    from tests.factories import make_setup
+    from traces.io import read_trace
+
+    sim_runs = replay(make_setup(read_trace(out / "trace.parquet"), cluster="h100x2:tp1"), ["verl", "ngram"])
+    for name, run in sim_runs.items():
+        sim_req = pd.concat(run.requests)
+        live_req = req[req["policy"] == name]
+        key = ["step", "prompt_id", "sample"]
+        both = live_req.merge(sim_req, on=key, suffixes=("_live", "_sim"))
+        assert len(both) == len(live_req) > 0
+        assert (both["worker_live"] == both["worker_sim"]).all(), name
+        assert both["worker_live"].nunique() == 2
