@@ -313,12 +313,13 @@ class StepReplay:
         st = self.state
         self.last_slots = None
         self.last_probe = None
-        present = [int(m) for m in np.unique(methods)]
+        m0 = int(methods[0]) if len(methods) else 0
+        present = [m0] if (methods == m0).all() else [int(m) for m in np.unique(methods)]
         if not any(st.methods[m] in self.rules for m in present):
             return sample_tokens(worker.rng, alpha, gamma, iterations)
         out = np.ones((len(rids), iterations), np.int16)
         for m in present:
-            sel = np.flatnonzero(methods == m)
+            sel = np.arange(len(rids)) if len(present) == 1 else np.flatnonzero(methods == m)
             rule = self.rules.get(st.methods[m])
             if rule is None:
                 out[sel] = sample_tokens(worker.rng, alpha[sel], gamma[sel], iterations)
@@ -563,24 +564,30 @@ class StepReplay:
     ) -> np.ndarray:
         """Per-token acceptance from Seer Table 2 at the request's visible sibling count."""
         st = self.state
-        origin = st.origin[rids]
-        refs = np.zeros(len(rids))
         if rule.source == "group":
+            origin = st.origin[rids]
             sib = self._member_matrix()[self._group_index[origin]]  # (rows, G), -1 = none
-            valid = (sib >= 0) & (sib != origin[:, None])
             s = np.maximum(sib, 0)
-            vis = st.generated[s] // rule.append_tokens * rule.append_tokens
-            pos = np.maximum(st.generated[rids], 1)[:, None]
-            share = np.where(st.state[s] == FINISHED, 1.0, np.minimum(1.0, vis / pos))
-            refs = np.where(valid, share, 0.0).sum(axis=1)
-        out = np.empty(len(rids))
-        for k in np.unique(paths).tolist():
-            sel = paths == k
-            grid_refs, grid_p = self._table2_grid(int(k))
-            out[sel] = np.interp(refs[sel], grid_refs, grid_p)
+            gen = st.generated[s]
+            vis = gen - gen % rule.append_tokens  # what the last batched append made visible
+            share = np.minimum(1.0, vis / np.maximum(st.generated[rids], 1)[:, None])
+            share[st.state[s] == FINISHED] = 1.0
+            share[(sib < 0) | (sib == origin[:, None])] = 0.0
+            refs = share.sum(axis=1)
+        else:
+            refs = np.zeros(len(rids))
+        k0 = int(paths[0]) if len(paths) else 1
+        if (paths == k0).all():
+            out = np.interp(refs, *self._table2_grid(k0))
+        else:
+            out = np.empty(len(rids))
+            for k in np.unique(paths).tolist():
+                sel = paths == k
+                grid_refs, grid_p = self._table2_grid(int(k))
+                out[sel] = np.interp(refs[sel], grid_refs, grid_p)
         if self._ref_accept is None:
             self._ref_accept = per_token_acceptance(table2_tau(self._group_size - 1, 1), TABLE2_DRAFT)
-        return np.clip(out * alpha / max(self._ref_accept, 1e-9), 0.0, _MAX_ACCEPT)
+        return np.minimum(np.maximum(out * alpha / max(self._ref_accept, 1e-9), 0.0), _MAX_ACCEPT)
 
     def _table2_grid(self, paths: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-token acceptance on a grid of reference counts (piecewise linear in between:

@@ -231,7 +231,8 @@ class Worker:
         return p0 * plain + (1.0 - p0) * some
 
     def _draft_times(
-        self, ids, methods, gamma, window, topk, ctx: np.ndarray, finish: np.ndarray
+        self, ids, methods, gamma, window, topk, ctx: np.ndarray, finish: np.ndarray,
+        batch: np.ndarray | int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(coupled, decoupled) drafting seconds per iteration. Coupled drafting adds to the
         verifier's iteration; decoupled drafting runs on the drafter worker's GPUs (one
@@ -239,6 +240,15 @@ class Worker:
         A row drafts in the iterations up to its `finish` column."""
         st, cost, sim = self.sim.state, self.sim.cost, self.sim
         k = len(ctx)
+        if batch is not None and window[0] == 0 and not window.any() and methods[0] >= 0:
+            m0 = methods[0]
+            if (methods == m0).all():  # the common case: every row drafts alike, coupled
+                n = batch if np.ndim(batch) else float(batch)
+                share = ctx * (n / np.maximum(n, 1.0))
+                width = int(topk.max())
+                drafter = sim.drafter_for(st.methods[m0])
+                t = cost.draft_time(drafter, n * width, share * width, int(gamma.max()))
+                return np.zeros(k) + np.where(np.asarray(n) > 0, t, 0.0), np.zeros(k)
         it = np.arange(k)
 
         def running(sel: np.ndarray) -> np.ndarray | float:
@@ -387,7 +397,7 @@ class Worker:
             new_tokens = np.round(slots.sum() - gone_slots)
         verify_s = self._verify_time(ids, methods, gamma, batch, new_tokens, ctx, order, gone,
                                      exact_slots is not None)
-        coupled, decoupled = self._draft_times(ids, methods, gamma, window, topk, ctx, fin)
+        coupled, decoupled = self._draft_times(ids, methods, gamma, window, topk, ctx, fin, batch)
         t = np.maximum(verify_s, decoupled) + coupled
         t[0] += prefill
         stops = np.unique(fin[fin < k] + 1)

@@ -280,3 +280,18 @@ def test_scalar_batch_fast_path_equals_general_path() -> None:
             fast = cm.iteration_time(b, n, ctx)
             general = cm.iteration_time(np.full(50, float(b)), np.full(50, float(n)), ctx)
             np.testing.assert_allclose(fast, general, rtol=1e-9)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(MODELS), BATCH, st.integers(0, 16), CTX, st.sampled_from((int, float, np.float64)))
+def test_python_scalar_path_is_bit_identical(cm: RooflineCostModel, b: int, g: int, ctx: int, kind) -> None:
+    """Policies call the cost with Python scalars on every event; that path skips numpy but
+    must give exactly what the array path over the same scalars gives (decisions compare
+    these numbers, so a last-bit difference would change a run)."""
+    n = b * (g + 1)
+    scalar = cm.iteration_time(kind(b), kind(n), kind(b * ctx))
+    assert type(scalar) is np.float64
+    assert scalar == float(cm.iteration_time(np.asarray(b), np.asarray(n), np.asarray(float(b * ctx))))
+    for drafter in ("suffix", "history"):
+        fast = cm.draft_time(drafter, kind(b), kind(b * ctx), g)
+        assert fast == float(cm.draft_time(drafter, np.asarray(b), np.asarray(b * ctx), np.asarray(g)))

@@ -209,3 +209,27 @@ def test_ticks_are_reported_every_period_without_ending_the_block() -> None:
     assert len(policy.ticks) > 50
     # a tick the policy ignores does not end the block
     assert run.counters["blocks"] < len(policy.ticks) / 4
+
+
+@pytest.mark.parametrize("policy", ["ngram", "spec-coupled", "efficientrollout"])
+def test_uniform_drafting_shortcut_prices_like_the_general_path(policy: str, monkeypatch) -> None:
+    """Every plan of a run priced both ways: the shortcut for "all rows draft alike,
+    coupled" (the batch the plan already counted) must equal the per-method general path."""
+    from sim.worker import Worker
+
+    general = Worker._draft_times
+    checked = []
+
+    def both(self, ids, methods, gamma, window, topk, ctx, finish, batch=None):
+        slow = general(self, ids, methods, gamma, window, topk, ctx, finish)
+        fast = general(self, ids, methods, gamma, window, topk, ctx, finish, batch)
+        np.testing.assert_array_equal(fast[0], slow[0])
+        np.testing.assert_array_equal(fast[1], slow[1])
+        checked.append(batch is not None and (methods == methods[0]).all() and not window.any())
+        return fast
+
+    monkeypatch.setattr(Worker, "_draft_times", both)
+    lengths = random_lengths(5, 48, hi=900)
+    trace = make_trace(make_frame(lengths, accept={"ngram": 0.5, "draft_small": 0.6, "w4_self": 0.7}))
+    run_one(trace, policy, cluster="h100x8")
+    assert sum(checked) >= 2, checked  # the shortcut was exercised
