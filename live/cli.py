@@ -246,6 +246,7 @@ def live_cmd(
         engine_backend = RayBackend(
             spec,
             spec.capabilities,
+            spec.draft_methods,
             resources={"num_gpus": 1.0} if device == "cuda" else {"num_cpus": 1.0},
             address=ray_address,
         )

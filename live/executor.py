@@ -41,11 +41,13 @@ from live.view import LiveView
 from live.workload import StepWork, Workload
 from policies.compose import requirement_gaps
 from policies.contract import (
+    SPEC_OFF,
     Action,
     Assign,
     Cancel,
     Capability,
     ChunkFinished,
+    CopyCancelled,
     Defer,
     Event,
     LaunchReplica,
@@ -182,6 +184,7 @@ class LiveExecutor:
         *,
         config: ExecutorConfig | None = None,
         capabilities: frozenset[Capability] = TORCH_CAPABILITIES,
+        draft_methods: frozenset[str] = frozenset(KNOWN_METHODS),
         cost_model: object | None = None,
         history: Mapping[int, PromptHistory] | None = None,
         on_progress: Callable[[LiveExecutor], None] | None = None,
@@ -193,6 +196,7 @@ class LiveExecutor:
         self.info = info
         self.config = config or ExecutorConfig()
         self.capabilities = capabilities
+        self.draft_methods = draft_methods
         self.cost_model = cost_model
         self.history: dict[int, PromptHistory] = dict(history or {})
         self.on_progress = on_progress
@@ -423,8 +427,8 @@ class LiveExecutor:
             forced = r.spec_in.finish_reason
             r.finish_reason = forced or ("stop" if stopped else "length")
             req = self.requests[r.origin]
-            if r.origin != r.id or self.replicas.get(r.origin):
-                self._cancel_copies(r.origin, keep=r.id)
+            raced = r.origin != r.id or bool(self.replicas.get(r.origin))
+            losers = self._cancel_copies(r.origin, keep=r.id) if raced else []
             if req is not r:  # a replica won: the request completes with its tokens
                 req.tokens = list(r.tokens)
                 req.state, req.finish_s, req.worker = "finished", r.finish_s, w.id
@@ -435,6 +439,8 @@ class LiveExecutor:
             self.unfinished -= 1
             self.makespan = self.now
             self._emit(RequestFinished(time_s=self.now, request=req.id, worker=w.id, length=req.generated))
+            for loser in losers:
+                self._emit(CopyCancelled(time_s=self.now, request=req.id, worker=loser, winner=w.id))
         else:
             r.state, r.worker = "unassigned", None
             st.counters["chunks"] += 1
@@ -445,6 +451,8 @@ class LiveExecutor:
         return sum(self.requests[rid].prompt_len + self.requests[rid].generated for rid in w.running)
 
     def _effective(self, r: LiveRequest, w: LiveWorker) -> SpecConfig:
+        if r.spec.plain:
+            return SPEC_OFF
         return r.spec if r.spec.enabled else w.spec
 
     def _admit(self, w: LiveWorker) -> None:
@@ -614,11 +622,17 @@ class LiveExecutor:
                 return
         raise LiveError(f"policy '{self.policy.name}': {a}: no copy of the request runs on that worker")
 
-    def _cancel_copies(self, request: int, keep: int) -> None:
-        """The first copy to finish wins; every other copy stops now."""
+    def _cancel_copies(self, request: int, keep: int) -> list[int]:
+        """The first copy to finish wins; every other copy stops now. Returns the workers
+        of the copies stopped (the policy hears of each)."""
+        losers = []
         for i in [request, *self.replicas.pop(request, [])]:
             if i != keep:
-                self._remove(self.requests[i])
+                r = self.requests[i]
+                if r.state in ("waiting", "running") and r.worker is not None:
+                    losers.append(r.worker)
+                self._remove(r)
+        return losers
 
     def _remove(self, r: LiveRequest) -> None:
         if r.worker is not None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from live.backend import Delta, EngineWorker, StepTiming
+from live.drafters import KNOWN as KNOWN_METHODS
 from policies.contract import Capability, Policy, SpecConfig
 
 
@@ -127,6 +128,7 @@ class RayBackend:
 
     factory: Callable[[], Any]
     capabilities: frozenset[Capability]
+    draft_methods: frozenset[str] = frozenset(KNOWN_METHODS)
     resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1})
     address: str | None = None
     init_kwargs: dict[str, Any] = field(default_factory=dict)

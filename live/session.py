@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from live.backend import EngineWorker, TorchWorker
+from live.drafters import KNOWN as KNOWN_METHODS
 from live.drafters import DrafterSet
 from live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveError, LiveExecutor
 from live.models import LoadedModel
@@ -35,6 +36,8 @@ class TorchBackend:
     small: Any | None = None
     shared: dict[str, Any] = field(default_factory=dict)
     capabilities: frozenset[Capability] = TORCH_CAPABILITIES
+    # every trace method runs (some approximated: history -> suffix, eagle -> W4 self-draft)
+    draft_methods: frozenset[str] = frozenset(KNOWN_METHODS)
 
     def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]:
         from live.torch_engine import TorchEngine
@@ -78,6 +81,14 @@ class BackendSpec:
             return VLLM_CAPABILITIES
         return TORCH_CAPABILITIES
 
+    @property
+    def draft_methods(self) -> frozenset[str]:
+        if self.backend == "vllm":
+            from live.vllm_backend import VLLM_DRAFT_METHODS
+
+            return VLLM_DRAFT_METHODS
+        return frozenset(KNOWN_METHODS)
+
     def __call__(self) -> Backend:
         if self.backend == "vllm":
             from live.models import load_model
@@ -102,6 +113,7 @@ class BackendSpec:
 
 class Backend(Protocol):
     capabilities: frozenset[Capability]
+    draft_methods: frozenset[str]
 
     def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]: ...
 
@@ -139,6 +151,7 @@ def run_policies(
             info,
             config=config,
             capabilities=backend.capabilities,
+            draft_methods=backend.draft_methods,
             cost_model=cost_model,
             on_progress=(lambda e, name=policy.name: on_progress(name, e)) if on_progress else None,
         )

@@ -44,6 +44,10 @@ class LiveView:
     def num_workers(self) -> int:
         return len(self._ex.workers)
 
+    @property
+    def draft_methods(self) -> frozenset[str]:
+        return self._ex.draft_methods
+
     def worker(self, worker: int) -> WorkerView:
         w = self._ex.workers[worker]
         return WorkerView(

@@ -33,6 +33,7 @@ from policies.contract import Capability, Policy, SpecConfig
 VLLM_CAPABILITIES = frozenset(
     {Capability.PLACE, Capability.CHUNK, Capability.PRIORITY, Capability.MIGRATE, Capability.SPEC_PER_WORKER}
 )
+VLLM_DRAFT_METHODS = frozenset({"ngram", "suffix"})  # the model-free drafters vLLM has on CPU
 
 
 def _env(threads: int, kv_gib: float) -> None:
@@ -56,7 +57,9 @@ def speculative_config(spec: SpecConfig | None) -> dict[str, Any] | None:
         }
     if spec.method == "suffix":
         return {"method": "suffix", "num_speculative_tokens": spec.gamma}
-    raise ValueError(f"vllm backend: no CPU drafter for method '{spec.method}' (ngram, suffix)")
+    raise ValueError(
+        f"vllm backend: no CPU drafter for method '{spec.method}' ({', '.join(sorted(VLLM_DRAFT_METHODS))})"
+    )
 
 
 class VllmWorker:
@@ -160,6 +163,7 @@ class VllmBackend:
     threads: int = 1
     kv_gib: float = 2.0
     capabilities: frozenset[Capability] = VLLM_CAPABILITIES
+    draft_methods: frozenset[str] = VLLM_DRAFT_METHODS
     _engines: dict[SpecConfig | None, list[Any]] = field(default_factory=dict)
 
     def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]:

@@ -81,10 +81,20 @@ class SpecConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.method is not None and self.gamma > 0
+        return self.method is not None and self.method != PLAIN and self.gamma > 0
+
+    @property
+    def plain(self) -> bool:
+        """The per-request override "decode plainly whatever the worker does"."""
+        return self.method == PLAIN
 
 
+PLAIN = "plain"
+# On a request, SPEC_OFF means "follow the worker's speculation" (the default) and
+# SPEC_PLAIN "no speculation for this request even where its worker speculates": a policy
+# choosing per request needs both. On a worker the two mean the same.
 SPEC_OFF = SpecConfig()
+SPEC_PLAIN = SpecConfig(method=PLAIN)
 
 
 # ----------------------------------------------------------------------------- events
@@ -138,6 +148,17 @@ class Tick(Event):
 
 
 @dataclass(frozen=True)
+class CopyCancelled(Event):
+    """Fastest-of-N: the copy of `request` on `worker` was stopped because the copy on
+    `winner` finished first (the request's RequestFinished comes first). Actions a policy
+    takes itself (`Cancel`) are not echoed."""
+
+    request: RequestId
+    worker: WorkerId
+    winner: WorkerId
+
+
+@dataclass(frozen=True)
 class StepFinished(Event):
     step: int
     rollout_makespan_s: float
@@ -164,7 +185,9 @@ class Assign(Action):
 
 @dataclass(frozen=True)
 class SetSpec(Action):
-    """Speculation for one request (`request` set) or for every request of `worker`."""
+    """Speculation for one request (`request` set) or for every request of `worker`. A
+    request's own setting wins over its worker's; SPEC_OFF on a request hands it back to
+    the worker's, SPEC_PLAIN keeps it plain."""
 
     spec: SpecConfig
     request: RequestId | None = None
@@ -286,6 +309,11 @@ class ClusterView(Protocol):
     def info(self) -> ModelInfo: ...
     @property
     def num_workers(self) -> int: ...
+    @property
+    def draft_methods(self) -> frozenset[str]:
+        """Draft methods the executor can speculate with in this run (a replayed trace needs
+        an acceptance column per method; a live backend has its own drafters)."""
+        ...
 
     def worker(self, worker: WorkerId) -> WorkerView: ...
     def request(self, request: RequestId) -> RequestView: ...

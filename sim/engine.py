@@ -22,6 +22,7 @@ from policies.contract import (
     Cancel,
     Capability,
     ChunkFinished,
+    CopyCancelled,
     Defer,
     Event,
     LaunchReplica,
@@ -37,7 +38,7 @@ from policies.contract import (
 )
 from sim.acceptance import sample_tokens
 from sim.cost_model import CostModel
-from sim.state import CANCELLED, DEFERRED, FINISHED, RUNNING, UNASSIGNED, WAITING, StepState
+from sim.state import CANCELLED, DEFERRED, FINISHED, PLAIN_GAMMA, RUNNING, UNASSIGNED, WAITING, StepState
 from sim.token_replay import ModelProbe
 from sim.view import SimView
 from sim.worker import Plan, Worker
@@ -193,8 +194,8 @@ class StepSimulation:
         if st.generated[rid] >= st.target_len[rid]:
             st.state[rid] = FINISHED
             st.finish_s[rid] = now
-            if req != rid or len(self.replicas.get(req, ())):
-                self._cancel_siblings(req, keep=rid)
+            raced = req != rid or bool(self.replicas.get(req))
+            losers = self._cancel_siblings(req, keep=rid) if raced else []
             if req != rid:  # a replica won: the request completes with it
                 st.state[req] = FINISHED
                 st.finish_s[req] = now
@@ -205,6 +206,8 @@ class StepSimulation:
             self.emit(
                 RequestFinished(time_s=now, request=req, worker=worker.id, length=int(st.target_len[req]))
             )
+            for w in losers:
+                self.emit(CopyCancelled(time_s=now, request=req, worker=w, winner=worker.id))
             if self.unfinished == 0:
                 self._finish()
         else:
@@ -217,11 +220,17 @@ class StepSimulation:
                 ChunkFinished(time_s=now, request=rid, worker=worker.id, generated=int(st.generated[rid]))
             )
 
-    def _cancel_siblings(self, request: int, keep: int) -> None:
-        """Fastest-of-N: the first copy to finish wins; every other copy stops now."""
+    def _cancel_siblings(self, request: int, keep: int) -> list[int]:
+        """Fastest-of-N: the first copy to finish wins; every other copy stops now. Returns
+        the workers of the copies stopped (the policy hears of each)."""
+        losers = []
         for row in [request, *self.replicas.pop(request, [])]:
             if row != keep:
+                w = int(self.state.worker[row])
+                if self.state.state[row] in (WAITING, RUNNING) and w >= 0:
+                    losers.append(w)
                 self._remove_row(row)
+        return losers
 
     def _remove_row(self, row: int) -> None:
         st = self.state
@@ -339,7 +348,7 @@ class StepSimulation:
         st.spec[row] = spec
         on = spec.enabled and spec.method is not None
         st.req_method[row] = self.method_index(spec.method) if on else -1  # type: ignore[arg-type]
-        st.req_gamma[row] = spec.gamma if on else 0
+        st.req_gamma[row] = spec.gamma if on else (PLAIN_GAMMA if spec.plain else 0)
         self.request_spec = self.request_spec or on
         st.req_window[row] = spec.window if on and spec.mode == "decoupled" else 0
         st.req_topk[row] = max(1, spec.topk) if on else 1

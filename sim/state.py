@@ -17,6 +17,7 @@ from traces.schema import FILL_PREFIX, HIT_PREFIX, accept_column
 # Request states (int8 codes; names match RequestView.state).
 UNASSIGNED, WAITING, RUNNING, FINISHED, DEFERRED, CANCELLED = range(6)
 STATE_NAMES = ("unassigned", "waiting", "running", "finished", "deferred", "cancelled")
+PLAIN_GAMMA = -1  # req_gamma of a request told SPEC_PLAIN (0 follows its worker)
 
 
 @dataclass
@@ -38,7 +39,7 @@ class StepState:
     fill_mat: np.ndarray = field(init=False)  # (n, methods) share of draft slots filled (1 = all)
     hit_mat: np.ndarray = field(init=False)  # (n, methods) share of iterations that drafted (1 = all)
     req_method: np.ndarray = field(init=False)  # per-request override: index into methods, -1 none
-    req_gamma: np.ndarray = field(init=False)  # per-request override draft length, 0 = none
+    req_gamma: np.ndarray = field(init=False)  # per-request draft length, 0 = worker's, PLAIN_GAMMA
     req_window: np.ndarray = field(init=False)  # decoupled draft window, 0 = coupled
     req_topk: np.ndarray = field(init=False)  # tree width per level (1 = chain)
     req_verify: np.ndarray = field(init=False)  # tree tokens verified per iteration (0 = gamma)

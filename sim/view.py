@@ -58,6 +58,12 @@ class SimView:
     def num_workers(self) -> int:
         return len(self._sim.workers)
 
+    @property
+    def draft_methods(self) -> frozenset[str]:
+        from sim.engine import DRAFTERS
+
+        return frozenset(m for m in self._sim.state.methods if m in DRAFTERS)
+
     def worker(self, worker: int) -> WorkerView:
         w = self._sim.workers[worker]
         return WorkerView(

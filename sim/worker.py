@@ -28,7 +28,7 @@ import simpy
 
 from policies.contract import SPEC_OFF, Role, SpecConfig, Tick, WorkerIdle
 from sim.acceptance import expected_tokens, stall_after_rejection, tree_acceptance
-from sim.state import RUNNING, WAITING
+from sim.state import PLAIN_GAMMA, RUNNING, WAITING
 
 if TYPE_CHECKING:
     from sim.engine import StepSimulation
@@ -179,17 +179,18 @@ class Worker:
         window = st.req_window[ids].astype(np.int64)
         topk = st.req_topk[ids].astype(np.int64)
         verify = st.req_verify[ids].astype(np.int64)
-        inherit = gamma <= 0
+        inherit = gamma <= 0  # PLAIN_GAMMA rows are plain whatever the worker does
         if self._method_idx >= 0:
-            method[inherit] = self._method_idx
-            gamma[inherit] = spec.gamma
-            window[inherit] = spec.window if spec.mode == "decoupled" else 0
-            topk[inherit] = max(1, spec.topk)
-            verify[inherit] = spec.tokens_verified
-        else:
-            method[inherit] = -1
-            gamma[inherit] = 0
-            verify[inherit] = 0
+            follow = gamma == 0
+            method[follow] = self._method_idx
+            gamma[follow] = spec.gamma
+            window[follow] = spec.window if spec.mode == "decoupled" else 0
+            topk[follow] = max(1, spec.topk)
+            verify[follow] = spec.tokens_verified
+            inherit = gamma == PLAIN_GAMMA
+        method[inherit] = -1
+        gamma[inherit] = 0
+        verify[inherit] = 0
         # a decoupled request verifies its whole window each iteration
         gamma = np.where(window > 0, window, gamma)
         verify = np.where(window > 0, window, verify)

@@ -24,10 +24,13 @@ from live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveError, LiveExe
 from live.recorder import PolicyRun, write_recording
 from live.workload import Workload, from_trace
 from policies.contract import (
+    SPEC_OFF,
+    SPEC_PLAIN,
     Action,
     Assign,
     ChunkFinished,
     ClusterView,
+    CopyCancelled,
     Event,
     LaunchReplica,
     Migrate,
@@ -36,6 +39,7 @@ from policies.contract import (
     RequestFinished,
     Role,
     SetRole,
+    SetSpec,
     SpecConfig,
     StepFinished,
     StepStarted,
@@ -303,6 +307,40 @@ def test_fastest_of_n_replicas(trace_file: Path) -> None:
     first = rec.requests[0]
     assert first.worker == 1 and first.tokens == [(first.prompt_len + i) % 97 for i in range(first.budget)]
     assert ex.approximated == {}
+    # the losing copy is announced, after the request's finish, as in the simulator
+    events = [e for e, _ in spy.log if isinstance(e, RequestFinished | CopyCancelled)]
+    lost = [e for e in events if isinstance(e, CopyCancelled)]
+    assert [(e.request, e.worker, e.winner) for e in lost] == [(0, 0, 1)]
+    assert events.index(lost[0]) == 1 + next(i for i, e in enumerate(events) if e.request == 0)
+
+
+class PlainOnSpeculatingWorker(Policy):
+    """Every request on worker 0, which speculates; request 1 is told SPEC_PLAIN, request
+    2 SPEC_PLAIN then SPEC_OFF (back to the worker's)."""
+
+    name = "plain-override"
+
+    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+        if isinstance(event, StepStarted):
+            self.methods = view.draft_methods
+            return [
+                SetSpec(SpecConfig(method="ngram", gamma=2), worker=0),
+                *[Assign(r, 0) for r in event.requests],
+                SetSpec(SPEC_PLAIN, request=1),
+                SetSpec(SPEC_PLAIN, request=2),
+                SetSpec(SPEC_OFF, request=2),
+            ]
+        return []
+
+
+def test_plain_override_and_draft_methods(trace_file: Path) -> None:
+    policy = PlainOnSpeculatingWorker()
+    ex = _live(policy, from_trace(trace_file, vocab=256, steps=[0]), workers=1,
+               draft_methods=frozenset({"ngram", "suffix"}))
+    reqs = ex.records[0].requests
+    assert reqs[1].spec_iters == 0 and reqs[1].drafted == 0
+    assert reqs[0].spec_iters > 0 and reqs[2].spec_iters > 0
+    assert policy.methods == frozenset({"ngram", "suffix"})
 
 
 def test_iteration_records_are_what_the_cost_model_prices(trace_file: Path) -> None:

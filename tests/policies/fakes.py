@@ -72,6 +72,10 @@ class FakeView:
     def num_workers(self) -> int:
         return len(self.workers)
 
+    @property
+    def draft_methods(self) -> frozenset[str]:
+        return frozenset({"ngram", "suffix", "history", "draft_small", "draft_medium", "w4_self", "eagle"})
+
     def worker(self, worker: int) -> WorkerView:
         return self.workers[worker]
 

@@ -7,8 +7,11 @@ import pandas as pd
 import pytest
 
 from policies.contract import (
+    SPEC_OFF,
+    SPEC_PLAIN,
     Assign,
     Cancel,
+    CopyCancelled,
     LaunchReplica,
     Policy,
     RequestFinished,
@@ -107,6 +110,8 @@ class FastestOfN(Policy):
     def __init__(self) -> None:
         self.launched = False
         self.finishes: list[tuple[int, int]] = []
+        self.cancelled: list[tuple[int, int, int]] = []
+        self.order: list[str] = []
 
     def on_event(self, event, view):
         if isinstance(event, StepStarted):
@@ -116,6 +121,10 @@ class FastestOfN(Policy):
             ]
         if isinstance(event, RequestFinished):
             self.finishes.append((event.request, event.worker))
+            self.order.append(f"finished {event.request}")
+        if isinstance(event, CopyCancelled):
+            self.cancelled.append((event.request, event.worker, event.winner))
+            self.order.append(f"cancelled {event.request}")
         if isinstance(event, WorkerIdle) and event.worker == 1 and not self.launched:
             self.launched = True
             running = [r for r in view.step_requests() if view.request(r).state in ("running", "waiting")]
@@ -141,6 +150,10 @@ def test_fastest_of_n_replica_wins_and_the_loser_is_cancelled() -> None:
     req = pd.concat(fon.requests)
     assert len(req) == 16 and (req["replicas"] == 1).all()
     assert fon.steps[0].output_tokens == 16 * 3000
+    # every loser is announced once, after its request's finish, naming both workers
+    assert sorted(policy.cancelled) == [(r, 0, 1) for r in range(16)]
+    for r in range(16):
+        assert policy.order.index(f"finished {r}") < policy.order.index(f"cancelled {r}")
 
 
 class CancelReplica(FastestOfN):
@@ -150,13 +163,18 @@ class CancelReplica(FastestOfN):
         out = super().on_event(event, view)
         if out and isinstance(out[0], LaunchReplica):
             out.append(Cancel(request=out[0].request, worker=1))
+            self.stopped = out[0].request
         return out
 
 
 def test_cancel_stops_a_replica() -> None:
     df = make_frame(np.full(4, 2000), accept={"ngram": 0.05, "draft_small": 0.95})
-    run = _run(CancelReplica(), make_trace(df))
+    policy = CancelReplica()
+    run = _run(policy, make_trace(df))
     assert run.counters["cancelled"] >= 1
+    # the policy's own Cancel is not echoed back; the other replicas still race and lose or win
+    assert not [c for c in policy.cancelled if c[0] == policy.stopped and c[1] == 1]
+    assert len(policy.cancelled) == 3
     assert run.steps[0].output_tokens == 4 * 2000
 
 
@@ -202,3 +220,33 @@ def test_iterations_in_which_nobody_drafted_cost_a_plain_decode(hit: float | Non
 def _run_named(name: str, trace, cost) -> float:
     run = replay(make_setup(trace, cluster="h100x1:tp1", cost=cost), [name])[name]
     return run.steps[0].rollout_makespan_s
+
+
+class PlainOverrides(OneWorkerSpec):
+    """Worker 0 speculates; even requests are told SPEC_PLAIN, multiples of 3 SPEC_OFF
+    (follow the worker: after SPEC_PLAIN on request 0 it hands that one back)."""
+
+    name = "plain-overrides"
+
+    def on_event(self, event, view):
+        out = super().on_event(event, view)
+        if isinstance(event, StepStarted):
+            self.seen = view.draft_methods
+            out += [SetSpec(spec=SPEC_PLAIN, request=r) for r in event.requests if r % 2 == 0]
+            out.append(SetSpec(spec=SPEC_OFF, request=0))
+        return out
+
+
+def test_plain_override_keeps_a_request_plain_on_a_speculating_worker() -> None:
+    policy = PlainOverrides(SpecConfig("ngram", gamma=4))
+    run = _run(policy, _trace(0.8, n=16, length=600))
+    req = pd.concat(run.requests).set_index("request")
+    plain = [r for r in range(16) if r % 2 == 0 and r != 0]
+    spec = [r for r in range(16) if r not in plain]
+    assert (req.loc[plain, "spec_iters"] == 0).all() and (req.loc[plain, "drafted"] == 0).all()
+    assert (req.loc[spec, "spec_iters"] > 0).all()
+    assert (req.loc[spec, "accepted"] > 0).all()
+    assert int(req["response_len"].sum()) == 16 * 600
+    # the trace has acceptance columns for these two methods only
+    assert policy.seen == frozenset({"ngram", "draft_small"})
+    assert not SPEC_PLAIN.enabled and SPEC_PLAIN.plain and not SPEC_OFF.plain
