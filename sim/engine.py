@@ -349,7 +349,7 @@ class StepSimulation:
         on = spec.enabled and spec.method is not None
         st.req_method[row] = self.method_index(spec.method) if on else -1  # type: ignore[arg-type]
         st.req_gamma[row] = spec.gamma if on else (PLAIN_GAMMA if spec.plain else 0)
-        self.request_spec = self.request_spec or on
+        self.request_spec = self.request_spec or on or spec.plain
         st.req_window[row] = spec.window if on and spec.mode == "decoupled" else 0
         st.req_topk[row] = max(1, spec.topk) if on else 1
         st.req_verify[row] = spec.tokens_verified if on else 0

@@ -174,6 +174,8 @@ class Worker:
         decode), decoupled window (0 = coupled), tree width and tokens verified. Request
         overrides win over the worker's setting."""
         st, spec = self.sim.state, self.spec
+        if not self.sim.request_spec and self._method_idx >= 0:
+            return self._worker_spec_arrays(ids)
         method = st.req_method[ids].astype(np.int64)
         gamma = st.req_gamma[ids].astype(np.int64)
         window = st.req_window[ids].astype(np.int64)
@@ -203,6 +205,21 @@ class Worker:
         if tree.any():
             alpha = np.where(tree, tree_acceptance(alpha, gamma, topk, verify), alpha)
         return alpha, gamma, method, window, topk, verify
+
+    def _worker_spec_arrays(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
+        """`_spec_arrays` when no request overrides its worker (most policies, most
+        re-plans): every row takes the worker's setting."""
+        st, spec, b = self.sim.state, self.spec, len(ids)
+        window = spec.window if spec.mode == "decoupled" else 0
+        topk = max(1, spec.topk)
+        gamma = np.full(b, window if window > 0 else spec.gamma, np.int64)
+        verify = np.full(b, window if window > 0 else spec.tokens_verified, np.int64)
+        alpha = st.accept_mat[ids, self._method_idx]
+        topks = np.full(b, topk, np.int64)
+        if topk > 1:
+            alpha = tree_acceptance(alpha, gamma, topks, verify)
+        methods = np.full(b, self._method_idx, np.int64)
+        return alpha, gamma, methods, np.full(b, window, np.int64), topks, verify
 
     def _verify_time(
         self, ids: np.ndarray, methods: np.ndarray, gamma: np.ndarray, batch: np.ndarray | int,
