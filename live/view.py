@@ -76,6 +76,7 @@ class LiveView:
             spec=r.spec,
             drafted_tokens=r.drafted,
             accepted_tokens=r.accepted,
+            verify_iterations=r.spec_iters,
         )
 
     def step_requests(self) -> Sequence[int]:

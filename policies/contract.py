@@ -254,6 +254,11 @@ class RequestView(NamedTuple):
     spec: SpecConfig
     drafted_tokens: int
     accepted_tokens: int
+    # Verify iterations the request took part in while speculating. Tokens per verify
+    # iteration are 1 + accepted / verify_iterations; drafted / gamma is not a count of
+    # iterations wherever a drafter proposes fewer than gamma tokens (n-gram without a
+    # match, AIMD windows) or the depth changed on the way.
+    verify_iterations: int = 0
 
     @property
     def acceptance_rate(self) -> float | None:

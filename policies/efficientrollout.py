@@ -262,10 +262,9 @@ class EfficientRolloutSpeculation(Policy):
 
     def _count(self, view: ClusterView, request: int) -> None:
         r = view.request(request)
-        if r.drafted_tokens:
+        if r.verify_iterations:
             self._accepted += r.accepted_tokens
-            # Within a step every speculative iteration of this policy drafts `gamma` tokens.
-            self._iterations += r.drafted_tokens / self.gamma
+            self._iterations += r.verify_iterations
 
     def step_tau(self) -> float | None:
         """Tokens per speculative iteration over the requests finished so far this step."""

@@ -120,9 +120,9 @@ class HistoSpec(Policy):
 
     def _observe(self, rid: RequestId, view: ClusterView) -> None:
         req = view.request(rid)
-        if req.drafted_tokens:
+        if req.verify_iterations:  # AIMD windows draft fewer than verify_gamma at times
             self._accepted += req.accepted_tokens
-            self._iterations += req.drafted_tokens / self.verify_gamma
+            self._iterations += req.verify_iterations
 
     def _configure(self, worker: WorkerId, view: ClusterView) -> list[Action]:
         wv = view.worker(worker)

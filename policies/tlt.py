@@ -268,7 +268,7 @@ class TltSpeculation(Policy):
             r = view.request(rid)
             if r.worker is not None and r.state in ("waiting", "running"):
                 self._members.setdefault(r.worker, set()).add(rid)
-                self._seen[rid] = (r.accepted_tokens, r.drafted_tokens)
+                self._seen[rid] = (r.accepted_tokens, r.verify_iterations)
 
     # ------------------------------------------------------------------------ bandit
     def _fold(self, view: ClusterView, rid: RequestId, worker: WorkerId) -> None:
@@ -276,11 +276,11 @@ class TltSpeculation(Policy):
         if worker not in self._strategy:
             return
         r = view.request(rid)
-        acc0, dr0 = self._seen.get(rid, (0, 0))
-        self._seen[rid] = (r.accepted_tokens, r.drafted_tokens)
+        acc0, it0 = self._seen.get(rid, (0, 0))
+        self._seen[rid] = (r.accepted_tokens, r.verify_iterations)
         iv = self._interval[worker]
         iv.accepted += r.accepted_tokens - acc0
-        iv.iterations += (r.drafted_tokens - dr0) / self._strategy[worker].depth
+        iv.iterations += r.verify_iterations - it0
 
     def _retune(self, worker: WorkerId, view: ClusterView, now: float) -> list[Action]:
         if not self._use_eagle or worker not in self._strategy:

@@ -93,6 +93,7 @@ class SimView:
             spec=st.spec[request],
             drafted_tokens=int(st.drafted[request]),
             accepted_tokens=int(st.accepted[request]),
+            verify_iterations=int(st.spec_iters[request]),
         )
 
     def step_requests(self) -> Sequence[int]:

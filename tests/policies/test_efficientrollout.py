@@ -69,9 +69,11 @@ def test_step_tau_counts_speculative_iterations_of_finished_requests() -> None:
     view = FakeView.make(1)
     pol = EfficientRolloutSpeculation(gamma0=5)
     _start(pol, view)
-    view.add_request(1, worker=0, state="finished", drafted_tokens=50, accepted_tokens=45)  # 10 iterations
+    done = {"worker": 0, "state": "finished"}
+    view.add_request(1, **done, drafted_tokens=50, accepted_tokens=45, verify_iterations=10)
     view.add_request(2, worker=0, state="finished")  # decoded before SD switched on
-    view.add_request(3, worker=0, state="finished", drafted_tokens=25, accepted_tokens=10)  # 5 iterations
+    # 5 iterations; its drafter proposed fewer than gamma at times (drafted / gamma would say 4)
+    view.add_request(3, **done, drafted_tokens=20, accepted_tokens=10, verify_iterations=5)
     for rid in (1, 2, 3):
         pol.on_event(RequestFinished(time_s=1.0, request=rid, worker=0, length=10), view)
     assert pol.step_tau() == pytest.approx(1 + 55 / 15)

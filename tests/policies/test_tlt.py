@@ -78,8 +78,8 @@ def test_trained_drafter_is_retuned_by_the_bandit_from_request_counters() -> Non
         )
     ]
     # 16 iterations: request 0 drafted 16 * 6 and accepted 40, request 1 accepted 24
-    view.add_request(0, worker=0, drafted_tokens=96, accepted_tokens=40)
-    view.add_request(1, worker=0, drafted_tokens=96, accepted_tokens=24)
+    view.add_request(0, worker=0, drafted_tokens=96, accepted_tokens=40, verify_iterations=16)
+    view.add_request(1, worker=0, drafted_tokens=96, accepted_tokens=24, verify_iterations=16)
     pol.on_event(Tick(time_s=2.0, worker=0, iteration=32), view)
     a_bar = 1 + 64 / 32
     t_pred = (0.010 + 1e-4 * 2 * 48) + 0.002 * 6  # verify 48 tokens per request + 6 draft steps
