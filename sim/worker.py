@@ -373,16 +373,17 @@ class Worker:
         if dec.any():
             x[dec] = stall_after_rejection(x[dec], window[dec])
         cum = np.cumsum(x, axis=1, dtype=np.int32)
-        reached = cum >= remaining[:, None]
-        fin = np.where(reached[:, -1], np.argmax(reached, axis=1), k)
+        # cum rises along a row: the columns before it reaches `remaining` count to its finish
+        fin = np.count_nonzero(cum < remaining[:, None], axis=1)
         if first_finish and (fin < k).any():
             k = int(fin.min()) + 1
             x, cum = x[:, :k], cum[:, :k]
             fin = np.minimum(fin, k)
         # tokens emitted per iteration (a row's last iteration emits only what it had left)
         colsum = np.minimum(cum, remaining[:, None]).sum(axis=0, dtype=np.int64)
-        emitted = np.diff(colsum, prepend=0)
-        before = np.concatenate([[0], colsum[:-1]])
+        emitted = colsum.copy()
+        emitted[1:] -= colsum[:-1]
+        before = colsum - emitted
         # rows gone before each iteration free their KV and leave the batch
         order = np.argsort(fin, kind="stable")
         gone = np.searchsorted(fin[order], np.arange(k), side="left")
