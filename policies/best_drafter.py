@@ -65,8 +65,12 @@ depth follows the batch instead), tree drafting for model drafters.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from array import array
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from policies.contract import (
     SPEC_OFF,
@@ -81,6 +85,7 @@ from policies.contract import (
     Policy,
     RequestFinished,
     RequestId,
+    RequestView,
     SetSpec,
     SpecConfig,
     StepFinished,
@@ -130,17 +135,68 @@ class Arm:
         return expected_accept_len(min(P_MAX, p * self.ratio), self.spec.gamma)
 
 
+BISECTION_STEPS = 16  # p_from_tau resolves p to 2**-16
+_GRID = 1 << BISECTION_STEPS
+_BLOCK = 256  # tau_table entries per block of p_from_tau's two-level search
+# depth -> (every _BLOCK-th entry of the table, the table), see tau_table
+_TAU_TABLES: dict[int, tuple[list[float], array[float]] | None] = {}
+
+
 def p_from_tau(tau: float, depth: int) -> float:
-    """Per-token acceptance with expected_accept_len(p, depth) == tau (bisection)."""
+    """Per-token acceptance with expected_accept_len(p, depth) == tau: the result of a
+    16-step bisection (`p_from_tau_bisect`), found by a binary search of `tau_table`.
+
+    Why this is the bisection's result exactly: the bisection only ever probes grid points
+    k / 2**16 and keeps `lo` at the largest probed point with expected_accept_len below
+    tau. Where expected_accept_len is non-decreasing over the grid (checked when the
+    table is built), that predicate is monotone, so the bisection ends at lo = j / 2**16
+    with j the number of grid points (0 < k < 2**16) below tau, and returns the midpoint
+    (j + 1/2) / 2**16; `bisect_left` counts j directly, first among every _BLOCK-th entry
+    (a short list that stays in the CPU cache), then within the one block that holds j.
+    It runs for every request's evidence at every worker configuration, where the
+    bisection's 16 power evaluations dominated, and one search of the whole table missed
+    the cache at nearly every step."""
+    tables = _TAU_TABLES.get(depth) or tau_table(depth)
+    if tables is None:
+        return p_from_tau_bisect(tau, depth)
+    coarse, table = tables
+    # tau = min(max(tau, 1.0), depth + 1.0), without the builtins' call overhead
+    if tau < 1.0:
+        tau = 1.0
+    elif tau > depth + 1.0:
+        tau = depth + 1.0
+    # coarse[b - 1] = table[b * _BLOCK - 1] < tau <= coarse[b] = table[b * _BLOCK + _BLOCK - 1]
+    lo = bisect_left(coarse, tau) * _BLOCK
+    return (bisect_left(table, tau, lo, min(lo + _BLOCK - 1, len(table))) + 0.5) / _GRID
+
+
+def p_from_tau_bisect(tau: float, depth: int) -> float:
+    """The reference definition of `p_from_tau`: bisection over p in [0, 1]."""
     tau = min(max(tau, 1.0), depth + 1.0)
     lo, hi = 0.0, 1.0
-    for _ in range(16):
+    for _ in range(BISECTION_STEPS):
         mid = (lo + hi) / 2
         if expected_accept_len(mid, depth) < tau:
             lo = mid
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+def tau_table(depth: int) -> tuple[list[float], array[float]] | None:
+    """expected_accept_len(k / 2**16, depth) for k = 1 .. 2**16 - 1 (an array: 512 kB per
+    depth), with every _BLOCK-th entry (table[_BLOCK - 1::_BLOCK]), built on first use
+    (about 30 ms per depth); None for depths below 1 or where floating-point rounding
+    makes the table decrease somewhere (p_from_tau then bisects: a search could differ)."""
+    if depth in _TAU_TABLES:
+        return _TAU_TABLES[depth]
+    tables: tuple[list[float], array[float]] | None = None
+    if depth >= 1:
+        table = array("d", [expected_accept_len(k / _GRID, depth) for k in range(1, _GRID)])
+        if all(a <= b for a, b in pairwise(table)):
+            tables = (table[_BLOCK - 1 :: _BLOCK].tolist(), table)
+    _TAU_TABLES[depth] = tables
+    return tables
 
 
 class BestDrafter(Policy):
@@ -206,13 +262,21 @@ class BestDrafter(Policy):
         self.default: dict[WorkerId, SpecConfig] = {}  # worker -> its setting
         self.override: dict[RequestId, SpecConfig] = {}  # request -> its own setting
         self.own: dict[RequestId, dict[str, list[float]]] = {}  # request -> method -> evidence
-        self._seen: dict[RequestId, tuple[int, int]] = {}  # request -> (drafted, accepted) read
+        self._seen: dict[RequestId, RequestView] = {}  # request -> its view at the last read
         self._history: dict[int, bool] = {}  # prompt -> has an earlier epoch
         self._history_step = False
         self._arms: dict[tuple[int, float], list[Arm]] = {}
+        self._arms_by_method: dict[tuple[int, float], dict[str, list[Arm]]] = {}  # key -> method ->
+        self._verify_time: dict[tuple[int, float], dict[int, float]] = {}  # key -> verify tokens -> s
         self._plain: dict[tuple[int, float], float] = {}
-        self._best: dict[tuple[tuple[int, float], str, int], tuple[Arm | None, float]] = {}
+        self._level_tokens: dict[tuple[str, int], list[float]] = {}  # (method, level) -> per arm
+        # (key, method) -> acceptance level (p * 200, rounded) -> the method's best (arm, rate)
+        self._best: dict[tuple[tuple[int, float], str], dict[int, tuple[Arm | None, float]]] = {}
         self._prompt: dict[RequestId, int] = {}
+        # record's memos: (drafted, depth) -> (iterations, request and pool fading factors);
+        # (drafted, accepted, depth) -> p_from_tau (kept per step: they only grow)
+        self._fade: dict[tuple[int, int], tuple[float, float, float]] = {}
+        self._chain_p: dict[tuple[int, int, int], float] = {}
 
     # ------------------------------------------------------------- estimates
     def pooled(self, method: str) -> float:
@@ -241,32 +305,77 @@ class BestDrafter(Policy):
         # Older evidence fades as the request moves on (acceptance drifts: a grouped tree
         # grows with the siblings), for the methods it no longer runs as well, which thus
         # return to their pooled value.
-        own = self.own.setdefault(rid, {})
-        keep = math.exp(-iterations / self.request_horizon)
+        self._credit(rid, method, iterations, p, math.exp(-iterations / self.request_horizon),
+                     math.exp(-iterations / self.pool_horizon))
+
+    def _credit(
+        self, rid: RequestId, method: str, iterations: float, p: float, keep: float, keep_pool: float
+    ) -> None:
+        """`record` once the evidence is converted: fade the request's evidence by `keep`
+        and the pooled one by `keep_pool`, then add `iterations` at acceptance p."""
+        own = self.own.get(rid)
+        if own is None:
+            own = self.own[rid] = {}
         for ev in own.values():
             ev[0] *= keep
             ev[1] *= keep
-        mine = own.setdefault(method, [0.0, 0.0])
+        mine = own.get(method)
+        if mine is None:
+            mine = own[method] = [0.0, 0.0]
         mine[0] += iterations
         mine[1] += p * iterations
-        pool = self.pool.setdefault(method, [0.0, 0.0])
-        keep = math.exp(-iterations / self.pool_horizon)
-        pool[0] = pool[0] * keep + iterations
-        pool[1] = pool[1] * keep + p * iterations
+        pool = self.pool.get(method)
+        if pool is None:
+            pool = self.pool[method] = [0.0, 0.0]
+        pool[0] = pool[0] * keep_pool + iterations
+        pool[1] = pool[1] * keep_pool + p * iterations
 
     def _observe_request(self, rid: RequestId, view: ClusterView, worker: WorkerId | None) -> None:
         """Credit what the request drafted since the last read to the arm it ran with."""
-        rv = view.request(rid)
-        self._prompt[rid] = rv.prompt_id
-        d0, a0 = self._seen.get(rid, (0, 0))
-        self._seen[rid] = (rv.drafted_tokens, rv.accepted_tokens)
-        spec = rv.spec
-        if not spec.enabled and worker is not None:
-            spec = self.default.get(worker, SPEC_OFF)
-        if not spec.enabled or spec.method is None:
-            return
-        ratio = self._ratio.get(spec.topk, 1.0) if spec.method == MULTI_PATH else 1.0
-        self.record(rid, spec.method, spec.gamma, ratio, rv.drafted_tokens - d0, rv.accepted_tokens - a0)
+        self._observe((rid,), view, worker)
+
+    def _observe(self, rids: Sequence[RequestId], view: ClusterView, worker: WorkerId | None) -> None:
+        """`_observe_request` for each of `rids` (on `worker`), as one loop: configuring a
+        worker reads every request on it. `record`'s conversion is memoised on the integers
+        it is computed from: reads repeat the same few (drafted, depth) pairs (a tick is a
+        fixed number of iterations) and often the same accepted count. The view of the last
+        read is kept whole rather than unpacked into a new tuple."""
+        seen, ratios, fade, chain_p, credit = self._seen, self._ratio, self._fade, self._chain_p, self._credit
+        fallback = self.default.get(worker, SPEC_OFF) if worker is not None else SPEC_OFF
+        for rid in rids:
+            rv = view.request(rid)
+            last = seen.get(rid)
+            seen[rid] = rv
+            if last is None:  # first read this step (a request's prompt never changes)
+                self._prompt[rid] = rv.prompt_id
+                drafted, accepted = rv.drafted_tokens, rv.accepted_tokens
+            else:
+                drafted = rv.drafted_tokens - last.drafted_tokens
+                accepted = rv.accepted_tokens - last.accepted_tokens
+            if drafted <= 0:  # nothing drafted since the last read: `record` ignores it
+                continue
+            spec = rv.spec
+            if not spec.enabled:  # the request runs with its worker's setting, if any
+                spec = fallback
+                if not spec.enabled:
+                    continue
+            method, depth = spec.method, spec.gamma
+            assert method is not None  # (enabled, so depth > 0 too)
+            converted = fade.get((drafted, depth))
+            if converted is None:
+                iterations = drafted / depth
+                converted = fade[(drafted, depth)] = (
+                    iterations,
+                    math.exp(-iterations / self.request_horizon),
+                    math.exp(-iterations / self.pool_horizon),
+                )
+            iterations, keep, keep_pool = converted
+            q = chain_p.get((drafted, accepted, depth))
+            if q is None:
+                q = chain_p[(drafted, accepted, depth)] = p_from_tau(1.0 + accepted / iterations, depth)
+            if method == MULTI_PATH:
+                q /= ratios.get(spec.topk, 1.0)
+            credit(rid, method, iterations, q if q < P_MAX else P_MAX, keep, keep_pool)
 
     def _allowed(self, prompt_id: int | None = None) -> tuple[str, ...]:
         out = []
@@ -280,35 +389,51 @@ class BestDrafter(Policy):
 
     # ------------------------------------------------------------------ arms
     def _key(self, batch: int, context: float) -> tuple[int, float]:
+        """The memo key of a worker state: batch and context to 2 significant digits."""
         ctx = max(context, 1.0)
-        return batch, round(ctx, 1 - math.floor(math.log10(ctx)))  # 2 significant digits
+        return batch, round(ctx, 1 - math.floor(math.log10(ctx)))
 
     def arms(self, view: ClusterView, batch: int, context: float) -> list[Arm]:
         """Every (method, depth, paths) at this batch and context, with its iteration time."""
         key = self._key(batch, context)
         got = self._arms.get(key)
+        if got is None:
+            got = self._arms[key] = [a for m in self.methods for a in self._method_arms(view, key, m)]
+        return got
+
+    def _method_arms(self, view: ClusterView, key: tuple[int, float], method: str) -> list[Arm]:
+        """One method's arms at a key, built when first asked for: a decision needs only the
+        allowed methods' (no history without an earlier epoch, one method when `fixed`), and
+        every arm costs the cost model a call or two. A method's arms have the same depths,
+        paths and ratios at every key, in the same order (`_level_tokens` relies on it)."""
+        by_method = self._arms_by_method.get(key)
+        if by_method is None:
+            by_method = self._arms_by_method[key] = {}
+        got = by_method.get(method)
         if got is not None:
             return got
         b, ctx = key
+        verify = self._verify_time.setdefault(key, {})  # tokens verified per request -> seconds
         out = []
-        verify: dict[int, float] = {}  # tokens verified per request -> seconds
-        for m in self.methods:
-            for k in (PATHS if self.multi_path and m == MULTI_PATH else (1,)):
+        if method in self.methods:
+            for k in (PATHS if self.multi_path and method == MULTI_PATH else (1,)):
                 for d in DEPTHS:
                     if k * d not in verify:
                         verify[k * d] = view.cost(b, b * (k * d + 1), ctx)
-                    t = verify[k * d] + view.draft_cost(m, b * k, ctx * k, d)
-                    spec = SpecConfig(method=m, gamma=d, topk=k, verify_tokens=k * d if k > 1 else 0)
-                    out.append(Arm(spec, t, self._ratio.get(k, 1.0) if m == MULTI_PATH else 1.0))
-        self._arms[key] = out
-        self._plain[key] = view.cost(b, b, ctx)
+                    t = verify[k * d] + view.draft_cost(method, b * k, ctx * k, d)
+                    spec = SpecConfig(method=method, gamma=d, topk=k, verify_tokens=k * d if k > 1 else 0)
+                    out.append(Arm(spec, t, self._ratio.get(k, 1.0) if method == MULTI_PATH else 1.0))
+        by_method[method] = out
         return out
 
     def plain_time(self, view: ClusterView, batch: int, context: float) -> float:
-        key = self._key(batch, context)
-        if key not in self._plain:
-            self.arms(view, batch, context)
-        return self._plain[key]
+        return self._plain_at(view, self._key(batch, context))
+
+    def _plain_at(self, view: ClusterView, key: tuple[int, float]) -> float:
+        got = self._plain.get(key)
+        if got is None:
+            got = self._plain[key] = view.cost(key[0], key[0], key[1])
+        return got
 
     def best_arm(
         self, view: ClusterView, batch: int, context: float, p_of: dict[str, float]
@@ -316,26 +441,43 @@ class BestDrafter(Policy):
         """(arm, rate) maximising tau / T over the methods of `p_of` (their acceptance).
         Memoised per method at acceptance rounded to 0.005, which also keeps choices from
         flickering with noise in the estimates."""
-        key = self._key(batch, context)
+        return self._best_at(view, self._key(batch, context), p_of)
+
+    def _best_at(
+        self, view: ClusterView, key: tuple[int, float], p_of: dict[str, float]
+    ) -> tuple[Arm | None, float]:
         best, best_rate = None, -1.0
         for m, p in p_of.items():
-            memo_key = (key, m, round(p * 200))
-            got = self._best.get(memo_key)
-            if got is None:
-                got = self._best[memo_key] = self._best_of_method(view, key, m, memo_key[2] / 200)
-            if got[1] > best_rate * (1 + 1e-9):
-                best, best_rate = got
+            arm, rate = self._method_best(view, key, m, round(p * 200))
+            if rate > best_rate * (1 + 1e-9):
+                best, best_rate = arm, rate
         return best, best_rate
 
-    def _best_of_method(
-        self, view: ClusterView, key: tuple[int, float], method: str, p: float
+    def _method_best(
+        self, view: ClusterView, key: tuple[int, float], method: str, level: int
     ) -> tuple[Arm | None, float]:
+        """The method's best (arm, rate) at acceptance level / 200 (memoised)."""
+        table = self._best.setdefault((key, method), {})
+        got = table.get(level)
+        if got is None:
+            got = table[level] = self._best_of_method(view, key, method, level)
+        return got
+
+    def _best_of_method(
+        self, view: ClusterView, key: tuple[int, float], method: str, level: int
+    ) -> tuple[Arm | None, float]:
+        """The method's best (arm, rate) at acceptance level / 200. Its arms' tokens per
+        iteration depend on the level only, not on the key: computed once per level."""
+        arms = self._method_arms(view, key, method)
+        tokens = self._level_tokens.get((method, level))
+        if tokens is None:
+            p = level / 200
+            tokens = self._level_tokens[(method, level)] = [arm.tokens(p) for arm in arms]
         got: tuple[Arm | None, float] = (None, -1.0)
-        for arm in self.arms(view, *key):
-            if arm.method == method:
-                rate = arm.tokens(p) / arm.time_s
-                if rate > got[1] * (1 + 1e-9):
-                    got = (arm, rate)
+        for arm, tok in zip(arms, tokens, strict=True):
+            rate = tok / arm.time_s
+            if rate > got[1] * (1 + 1e-9):
+                got = (arm, rate)
         return got
 
     def ladder(self, view: ClusterView, requests: Sequence[RequestId]) -> list[Rung]:
@@ -417,131 +559,154 @@ class BestDrafter(Policy):
     def configure(
         self, worker: WorkerId, view: ClusterView, batch: int | None = None, context: float | None = None
     ) -> list[Action]:
-        """Choose the worker's setting and its requests' overrides (module docstring)."""
+        """Choose the worker's setting and its requests' overrides (module docstring).
+
+        This runs at every tick of every worker, so the per-request work is done once per
+        call (each request's best arm per method, `_options`) and the greedy drop loop
+        works on those (`_Assignment`)."""
         wv = view.worker(worker)
         b = batch if batch is not None else wv.running + wv.waiting
         if b <= 0:
             return []
         ctx = context if context is not None else float(max(wv.kv_used_tokens, b))
-        plain = self.plain_time(view, b, ctx)
-        rids = sorted(self.members.get(worker, ()))
-        if b > self.per_request_batch or not rids:
-            return self._set_worker(view, worker, self._worker_arm(view, b, ctx, plain), rids)
-        for rid in rids:
-            self._observe_request(rid, view, worker)
+        key = self._key(b, ctx)
+        plain = self._plain_at(view, key)
+        members = self.members.get(worker, ())
+        if b > self.per_request_batch or not members:
+            return self._set_worker(view, worker, self._worker_arm(view, key, plain), members)
+        rids = sorted(members)
+        self._observe(rids, view, worker)
         pooled = {m: self.pooled(m) for m in self._allowed() if self.fixed is None or m == self.fixed}
-        p_req: dict[RequestId, dict[str, float]] = {}
-        for rid in rids:
-            with_history = self._history.get(self._prompt.get(rid, -1), False)
-            p_req[rid] = {m: self._blend(rid, m, pm) for m, pm in pooled.items()
-                          if m != "history" or with_history}
-        allowed = set(pooled)
-        best_choice: dict[RequestId, Arm | None] = {}
-        best_total = -1.0
+        trial = _Assignment(view, b, ctx, self._options(view, key, rids, pooled), (1 + 1e-9) / plain)
+        # Greedy: while model drafters are in use, drop the one whose removal most raises the
+        # worker's rate, if it does. (The rate of the first choice is needed only to compare
+        # a drop with; a choice moved to beat the previous one, so it needs no recheck.)
+        allowed = frozenset(pooled)
         while True:
-            choice = self._choose(view, b, ctx, p_req, plain, allowed)
-            total = self._worker_rate(view, choice, p_req, b, ctx)
-            if total <= best_total * (1 + 1e-9):
+            choice = trial.choice(allowed)
+            costly = {o.method for o in choice if o is not None and o.method not in MODEL_FREE}
+            if not costly:
                 break
-            best_choice, best_total = choice, total
-            # the model drafters in use: dropping one may speed up the whole batch
-            costly = {a.method for a in choice.values() if a is not None and a.method not in MODEL_FREE}
-            trials = []
-            for m in sorted(costly):
-                c = self._choose(view, b, ctx, p_req, plain, allowed - {m})
-                trials.append((self._worker_rate(view, c, p_req, b, ctx), m))
-            if not trials:
-                break
-            rate, drop = max(trials)
-            if rate <= best_total * (1 + 1e-9):
+            rate, drop = max((trial.rate(allowed - {m}, allowed), m) for m in sorted(costly))
+            if rate <= trial.rate(allowed) * (1 + 1e-9):
                 break
             allowed = allowed - {drop}
-        return self._apply(worker, best_choice, rids)
+        return self._apply(worker, [o.arm if o is not None else None for o in choice], rids)
 
-    def _worker_arm(self, view: ClusterView, batch: int, ctx: float, plain: float) -> Arm | None:
-        allowed = (self.fixed,) if self.fixed else self._allowed()
-        arm, rate = self.best_arm(view, batch, ctx, {m: self.pooled(m) for m in allowed})
-        return arm if arm is not None and rate > (1 + 1e-9) / plain else None
+    def _options(
+        self, view: ClusterView, key: tuple[int, float], rids: Sequence[RequestId], pooled: dict[str, float]
+    ) -> list[list[_Option]]:
+        """Per request, its best arm per method of `pooled` (in that order, as `best_arm`
+        scans them) at its own acceptance (`_blend`, inlined: this runs for every request of
+        every configured worker). History only for prompts with an earlier epoch.
 
-    def _choose(
-        self,
-        view: ClusterView,
-        batch: int,
-        ctx: float,
-        p_req: dict[RequestId, dict[str, float]],
-        plain: float,
-        allowed: set[str],
-    ) -> dict[RequestId, Arm | None]:
-        """Each request's best arm among `allowed` (None: plain decoding is faster)."""
-        out: dict[RequestId, Arm | None] = {}
-        for rid, ps in p_req.items():
-            arm, rate = self.best_arm(view, batch, ctx, {m: p for m, p in ps.items() if m in allowed})
-            out[rid] = arm if arm is not None and rate > (1 + 1e-9) / plain else None
+        A request has evidence of its own for the one or two methods it ran; for the others
+        its acceptance is the pooled one, the same for every request: those options are
+        built once and shared, and a request's list is the shared one with its own
+        methods' options put in."""
+        n0 = self.request_prior_iterations
+        methods = list(pooled)
+        column = {m: j for j, m in enumerate(methods)}
+        tables = [self._best.setdefault((key, m), {}) for m in methods]
+        # (as `_blend` at no evidence: n0 * pm / n0 need not be pm exactly)
+        shared = [self._option(view, key, m, (0.0 + n0 * pooled[m]) / (0.0 + n0), tables[j])
+                  for j, m in enumerate(methods)]
+        history = column.get("history")
+        without_history = list(shared)
+        if history is not None:
+            without_history[history] = None
+        complete = None not in shared  # (an option is None only where its method has no arm)
+        no_evidence: dict[str, list[float]] = {}
+        out = []
+        for rid in rids:
+            base = shared
+            if history is not None and not self._history.get(self._prompt.get(rid, -1), False):
+                base = without_history
+            own = self.own.get(rid, no_evidence)
+            if not own:
+                opts = base if complete and base is shared else [o for o in base if o is not None]
+                out.append(opts)
+                continue
+            opts = list(base)
+            for m, (it, ps) in own.items():
+                j = column.get(m)
+                if j is None or base[j] is None:  # not allowed here, or no arm at all
+                    continue
+                p = (ps + n0 * pooled[m]) / (it + n0)
+                level = round(p * 200)
+                got = tables[j].get(level)
+                if got is None:
+                    got = tables[j][level] = self._best_of_method(view, key, m, level)
+                opts[j] = _Option(m, got[0], got[1], p)  # (an arm: the shared option has one)
+            out.append(opts if complete and base is shared else [o for o in opts if o is not None])
         return out
 
-    def _worker_rate(
-        self,
-        view: ClusterView,
-        choice: dict[RequestId, Arm | None],
-        p_req: dict[RequestId, dict[str, float]],
-        batch: int,
-        ctx: float,
-    ) -> float:
-        """Tokens per second of the worker under a mixed assignment: requests this part does
-        not place (e.g. replicas) decode plainly in the estimate."""
-        tokens = float(batch - len(choice))
-        verify = float(batch)
-        drafters: dict[str, tuple[int, int, int]] = {}  # method -> (requests, depth, paths)
-        for rid, arm in choice.items():
-            if arm is None:
-                tokens += 1.0
-                continue
-            tokens += arm.tokens(p_req[rid][arm.method])
-            verify += arm.spec.tokens_verified
-            n, d, k = drafters.get(arm.method, (0, 0, 1))
-            drafters[arm.method] = (n + 1, max(d, arm.spec.gamma), max(k, arm.spec.topk))
-        t = view.cost(batch, verify, ctx)
-        for m, (n, d, k) in drafters.items():
-            t += view.draft_cost(m, n * k, ctx * n / batch * k, d)
-        return tokens / t
+    def _option(
+        self, view: ClusterView, key: tuple[int, float], method: str, p: float,
+        table: dict[int, tuple[Arm | None, float]],
+    ) -> _Option | None:
+        """The method's best option at acceptance p (None: the method has no arm)."""
+        level = round(p * 200)
+        got = table.get(level)
+        if got is None:
+            got = table[level] = self._best_of_method(view, key, method, level)
+        return _Option(method, got[0], got[1], p) if got[0] is not None else None
+
+    def _worker_arm(self, view: ClusterView, key: tuple[int, float], plain: float) -> Arm | None:
+        allowed = (self.fixed,) if self.fixed else self._allowed()
+        arm, rate = self._best_at(view, key, {m: self.pooled(m) for m in allowed})
+        return arm if arm is not None and rate > (1 + 1e-9) / plain else None
 
     # --------------------------------------------------------------- actions
     def _set_worker(
-        self, view: ClusterView, worker: WorkerId, arm: Arm | None, rids: Sequence[RequestId]
+        self, view: ClusterView, worker: WorkerId, arm: Arm | None, members: Collection[RequestId]
     ) -> list[Action]:
         """One setting for the whole worker. Whatever the requests drafted under their old
-        setting is credited to it first (evidence is converted at the depth it ran with)."""
+        setting is credited to it first (evidence is converted at the depth it ran with).
+        Only requests with an override are touched when the setting stays (a full worker
+        holds hundreds, and is configured at every tick), in id order as before."""
         out: list[Action] = []
         spec = arm.spec if arm is not None else SPEC_OFF
         changed = self.default.get(worker, SPEC_OFF) != spec
-        for rid in rids:
-            if changed or rid in self.override:
-                self._observe_request(rid, view, worker)
+        override = self.override
+        if changed:
+            rids = sorted(members)
+        elif len(override) < len(members):
+            rids = sorted(r for r in override if r in members)
+        else:
+            rids = sorted(r for r in members if r in override)
+        self._observe(rids, view, worker)
         if changed:
             self.default[worker] = spec
             out.append(SetSpec(spec=spec, worker=worker))
         for rid in rids:  # requests placed here follow the worker
-            if self.override.pop(rid, None) is not None:
+            if override.pop(rid, None) is not None:
                 out.append(SetSpec(spec=SPEC_OFF, request=rid))
         return out
 
     def _apply(
-        self, worker: WorkerId, choice: dict[RequestId, Arm | None], rids: Sequence[RequestId]
+        self, worker: WorkerId, choice: Sequence[Arm | None], rids: Sequence[RequestId]
     ) -> list[Action]:
+        """The most common choice (`choice[i]` is request `rids[i]`'s) becomes the worker's
+        setting, the others per-request overrides. Choices are tallied per arm object and
+        only the few distinct arms compared by spec: specs hash and compare field by field."""
+        tally = Counter(map(id, choice))
+        arms = {id(arm): arm for arm in choice}  # id -> arm, the distinct choices
         counts: dict[SpecConfig, int] = {}
-        for arm in choice.values():
+        for i, arm in arms.items():
             spec = arm.spec if arm is not None else SPEC_OFF
-            counts[spec] = counts.get(spec, 0) + 1
+            counts[spec] = counts.get(spec, 0) + tally[i]
         default = max(sorted(counts, key=_spec_key), key=lambda s: counts[s]) if counts else SPEC_OFF
         out: list[Action] = []
         if self.default.get(worker, SPEC_OFF) != default:
             self.default[worker] = default
             out.append(SetSpec(spec=default, worker=worker))
-        for rid in rids:
-            arm = choice.get(rid)
-            want = arm.spec if arm is not None and arm.spec != default else None
+        # each arm's override: none where it runs as the worker's setting
+        want_of = {i: a.spec if a is not None and a.spec != default else None for i, a in arms.items()}
+        for rid, arm in zip(rids, choice, strict=True):
+            want = want_of[id(arm)]
             have = self.override.get(rid)
-            if want == have:
+            if want is have or want == have:
                 continue
             if want is None:
                 del self.override[rid]
@@ -550,6 +715,120 @@ class BestDrafter(Policy):
                 self.override[rid] = want
                 out.append(SetSpec(spec=want, request=rid))
         return out
+
+
+class _Option:
+    """A request's best arm with one method, during one `configure` call."""
+
+    __slots__ = ("arm", "method", "p", "rate", "tokens")
+
+    def __init__(self, method: str, arm: Arm, rate: float, p: float) -> None:
+        self.method = method
+        self.arm = arm
+        self.rate = rate  # at p rounded to the memo's level
+        self.p = p  # the request's own acceptance with the method
+        self.tokens: float | None = None  # arm.tokens(p), once a worker rate needs it
+
+
+class _Assignment:
+    """Choices and worker rates for the sets of methods `BestDrafter.configure`'s greedy
+    drop loop tries, each computed once: the loop asks again for the set it moved to, and
+    a trial's cost-model calls often repeat another's (a drafter the drop did not touch)."""
+
+    def __init__(
+        self, view: ClusterView, batch: int, ctx: float, options: list[list[_Option]], threshold: float
+    ) -> None:
+        self.view, self.batch, self.ctx = view, batch, ctx
+        self.options = options  # per request, its best option per method
+        self.threshold = threshold  # a rate must beat plain decoding's by this much
+        # allowed methods -> per request: its choice, and the methods its scan ever took
+        self._choice: dict[frozenset[str], list[_Option | None]] = {}
+        self._taken: dict[frozenset[str], list[tuple[str, ...]]] = {}
+        self._rate: dict[frozenset[str], float] = {}
+        self._verify_cost: dict[float, float] = {}
+        self._draft_cost: dict[tuple[str, int, int, int], float] = {}
+
+    def choice(self, allowed: frozenset[str], parent: frozenset[str] | None = None) -> list[_Option | None]:
+        """Each request's best option among `allowed` methods (None: plain decoding is
+        faster). Ties as in `BestDrafter.best_arm`: scanning the options in order, one
+        replaces the best so far only if its rate is higher by a factor above 1 + 1e-9.
+
+        With `parent`, a superset whose choice is known, only the requests whose scan
+        under `parent` ever took one of the removed methods are scanned again: an option a
+        scan never took left the scan's state as it was, so without it the scan ends the
+        same (the trials of the greedy drop loop remove one method each)."""
+        got = self._choice.get(allowed)
+        if got is not None:
+            return got
+        if parent is not None and parent in self._choice:
+            removed = parent - allowed
+            out = list(self._choice[parent])
+            taken = list(self._taken[parent])
+            for i, t in enumerate(taken):
+                if not removed.isdisjoint(t):
+                    out[i], taken[i] = self._scan(self.options[i], allowed)
+        else:  # `_scan` of every request, inlined (the first choice of every configuration)
+            out, taken = [], []
+            threshold = self.threshold
+            for opts in self.options:
+                best, best_rate, took = None, -1.0, ()
+                for o in opts:
+                    if o.method in allowed and o.rate > best_rate * (1 + 1e-9):
+                        best, best_rate, took = o, o.rate, (*took, o.method)
+                out.append(best if best is not None and best_rate > threshold else None)
+                taken.append(took)
+        self._choice[allowed], self._taken[allowed] = out, taken
+        return out
+
+    def _scan(self, opts: list[_Option], allowed: frozenset[str]) -> tuple[_Option | None, tuple[str, ...]]:
+        """One request's choice among `allowed` and the methods its scan took on the way."""
+        best, best_rate, taken = None, -1.0, ()
+        for o in opts:
+            if o.method in allowed and o.rate > best_rate * (1 + 1e-9):
+                best, best_rate, taken = o, o.rate, (*taken, o.method)
+        return (best if best is not None and best_rate > self.threshold else None), taken
+
+    def rate(self, allowed: frozenset[str], parent: frozenset[str] | None = None) -> float:
+        """Tokens per second of the worker under `choice(allowed, parent)`, a mixed
+        assignment: requests this part does not place (e.g. replicas) decode plainly in the
+        estimate."""
+        got = self._rate.get(allowed)
+        if got is not None:
+            return got
+        choice = self.choice(allowed, parent)
+        batch, ctx = self.batch, self.ctx
+        # tokens summed request by request (float addition, in the original order); the rest
+        # per distinct arm: integer token counts, and the drafters in order of first use
+        tokens = float(batch - len(choice))
+        for o in choice:
+            if o is None:
+                tokens += 1.0
+                continue
+            tok = o.tokens
+            if tok is None:
+                tok = o.tokens = o.arm.tokens(o.p)
+            tokens += tok
+        chosen = [o.arm for o in choice if o is not None]
+        uses = Counter(map(id, chosen))  # id(arm) -> requests
+        arms = {id(arm): arm for arm in chosen}  # in order of first use
+        verify = float(batch)
+        drafters: dict[str, tuple[int, int, int]] = {}  # method -> (requests, depth, paths)
+        for i, arm in arms.items():
+            spec = arm.spec
+            verify += spec.tokens_verified * uses[i]
+            n, d, k = drafters.get(arm.method, (0, 0, 1))
+            drafters[arm.method] = (n + uses[i], max(d, spec.gamma), max(k, spec.topk))
+        t = self._verify_cost.get(verify)
+        if t is None:
+            t = self._verify_cost[verify] = self.view.cost(batch, verify, ctx)
+        for m, (n, d, k) in drafters.items():
+            draft = self._draft_cost.get((m, n, d, k))
+            if draft is None:
+                draft = self.view.draft_cost(m, n * k, ctx * n / batch * k, d)
+                self._draft_cost[(m, n, d, k)] = draft
+            t += draft
+        self._rate[allowed] = tokens / t
+        return self._rate[allowed]
 
 
 def _spec_key(spec: SpecConfig) -> tuple[str, int, int]:

@@ -110,6 +110,8 @@ class ReplicaAwareScheduler(SeerScheduler):
         self._held: dict[RequestId, WorkerId] = {}  # request -> worker holding its chunk
         self._replicas: dict[RequestId, list[WorkerId]] = {}
         self._replica_load: dict[WorkerId, int] = {}
+        self._budgets: list[float] = []  # KV budget per worker, for the capacities _budgets_of
+        self._budgets_of: list[int] | None = None
 
     def observe(self, actions: Sequence[Action]) -> None:
         for a in actions:
@@ -154,15 +156,31 @@ class ReplicaAwareScheduler(SeerScheduler):
         self._push_group(pid)
 
     def _select_worker(self, need: int) -> WorkerId | None:
-        best, best_key = None, None
+        """The worker with the least (runs replicas, reserved KV share, running) among those
+        with a free slot whose KV budget fits `need` (or that run nothing), the lowest id
+        among equals. It scans every worker for every dispatched chunk, so the key's parts
+        are compared in turn rather than built into a tuple per worker."""
+        if self._budgets_of is not self._caps:  # the KV budgets, per set of capacities
+            self._budgets_of = self._caps
+            self._budgets = [cap * (1.0 - self.kv_margin) for cap in self._caps]
+        caps, budgets, max_seqs = self._caps, self._budgets, self.max_seqs
+        replicas = {w for w, n in self._replica_load.items() if n > 0}
+        best: WorkerId | None = None
+        best_rep, best_share, best_running = True, 0.0, 0
         for w, load in enumerate(self._loads):
-            budget = self._caps[w] * (1.0 - self.kv_margin)
-            fits = load.reserved + need <= budget or load.running == 0
-            if load.running >= self.max_seqs or not fits:
+            running = load.running
+            if running >= max_seqs:
                 continue
-            key = (self._replica_load.get(w, 0) > 0, load.reserved / self._caps[w], load.running, w)
-            if best_key is None or key < best_key:
-                best, best_key = w, key
+            reserved = load.reserved
+            if running and reserved + need > budgets[w]:  # does not fit
+                continue
+            share = reserved / caps[w]
+            rep = w in replicas
+            # (rep, share, running) < the best's, as tuples compare
+            if best is None or rep < best_rep or (rep == best_rep and (
+                share < best_share or (share == best_share and running < best_running)
+            )):
+                best, best_rep, best_share, best_running = w, rep, share, running
         return best
 
 

@@ -4,27 +4,49 @@ policy end to end in the simulator."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from policies.best_drafter import BestDrafter
+from policies.best_drafter import (
+    MODEL_FREE,
+    MULTI_PATH,
+    P_MAX,
+    Arm,
+    BestDrafter,
+    _Assignment,
+    _Option,
+    p_from_tau,
+    p_from_tau_bisect,
+    tau_table,
+)
 from policies.composite import VARIANTS, ReplicaAwareScheduler
 from policies.contract import (
+    SPEC_OFF,
+    Action,
     Assign,
+    ClusterView,
+    Event,
     LaunchReplica,
+    ModelInfo,
+    PromptHistory,
     RequestFinished,
     SetSpec,
     SpecConfig,
     StepStarted,
+    Tick,
     WorkerIdle,
 )
 from policies.fastest_of_n import FastestOfN, Rung
 from policies.registry import make_policy
 from policies.seer_acceptance import expected_accept_len
-from policies.seer_spec import DEPTHS
+from policies.seer_scheduler import WorkerLoad
+from policies.seer_spec import DEPTHS, PATHS
 from sim.replay import run_policy
 from tests.factories import make_frame, make_setup, make_trace, random_lengths
 from tests.policies.fakes import FakeView
@@ -33,6 +55,7 @@ SUFFIX = SpecConfig(method="suffix", gamma=6)
 SMALL = SpecConfig(method="draft_small", gamma=3)
 EAGLE = SpecConfig(method="eagle", gamma=4)
 LADDER = [Rung("suffix", SUFFIX), Rung("draft_small", SMALL), Rung("eagle", EAGLE)]
+MODEL_COSTS = ("draft_small", "eagle")  # draft models: their drafting costs GPU time
 
 
 def fon_view() -> FakeView:
@@ -163,6 +186,394 @@ def test_full_batches_get_one_setting_and_history_needs_an_earlier_epoch() -> No
     assert isinstance(action, SetSpec) and action.worker == 0 and action.request is None
     assert action.spec.method == "suffix"  # no earlier epoch: no history drafting
     assert drafter.ladder(view, [0]) and all(r.method != "history" for r in drafter.ladder(view, [0]))
+
+
+@pytest.mark.parametrize("depth", [-1, 0, *DEPTHS, 64])
+def test_p_from_tau_is_the_bisection_exactly(depth: int) -> None:
+    rng = np.random.default_rng(depth + 2)
+    taus = [*rng.uniform(0.0, depth + 3.0, 2000), 0.0, 1.0, depth + 1.0, float("inf"), float("nan")]
+    tables = tau_table(depth)
+    if depth >= 1:
+        assert tables is not None  # non-decreasing on the grid: the fast path is taken
+        table = tables[1]
+        for i in [*rng.integers(0, len(table), 1000), 0, 254, 255, 256, len(table) - 1]:
+            taus += [table[i], np.nextafter(table[i], 0.0), np.nextafter(table[i], np.inf)]
+    for tau in map(float, taus):
+        got, want = p_from_tau(tau, depth), p_from_tau_bisect(tau, depth)
+        assert got == want or (got != got and want != want), (tau, depth)
+
+
+def test_assignment_rescans_only_what_a_dropped_method_can_change() -> None:
+    """Choices derived from a superset's (the greedy loop's trials) equal full scans, near
+    ties included (a rate within the 1e-9 tolerance of another's)."""
+    rng = np.random.default_rng(0)
+    methods = ["suffix", "history", "draft_small", "eagle"]
+    arm = BestDrafter().arms(FakeView.make(1), 1, 100.0)[0]
+    for _ in range(200):
+        options = []
+        for _ in range(12):
+            base = rng.uniform(1.0, 2.0)
+            opts = [
+                _Option(m, arm, base * (1 + rng.choice([0.0, 5e-10, 1.5e-9, 1e-3, -1e-3])), 0.5)
+                for m in methods
+                if rng.random() < 0.8
+            ]
+            options.append(opts)
+        threshold = rng.uniform(0.9, 1.5)
+        full = frozenset(methods)
+        trial = _Assignment(FakeView.make(1), 12, 100.0, options, threshold)
+        trial.choice(full)
+        for m in methods:
+            derived = trial.choice(full - {m}, full)
+            assert derived == _Assignment(FakeView.make(1), 12, 100.0, options, threshold).choice(full - {m})
+            for m2 in methods:
+                if m2 != m:
+                    smaller = full - {m, m2}
+                    want = _Assignment(FakeView.make(1), 12, 100.0, options, threshold).choice(smaller)
+                    assert trial.choice(smaller, full - {m}) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(tau=st.floats(min_value=0.0, max_value=20.0), depth=st.sampled_from(DEPTHS))
+def test_p_from_tau_is_the_bisection_for_any_tau(tau: float, depth: int) -> None:
+    assert p_from_tau(tau, depth) == p_from_tau_bisect(tau, depth)
+
+
+class ReferenceDrafter(BestDrafter):
+    """BestDrafter's decisions computed the straightforward way, as first written: evidence
+    converted by bisection at every read, every request's best arm by a scan of every arm
+    for every trial of the greedy loop, one worker rate per trial, nothing shared between
+    requests or memoised across calls. The fast path must match it exactly."""
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._read: dict[int, tuple[int, int]] = {}
+
+    def record(self, rid: int, method: str, depth: int, ratio: float, drafted: int, accepted: int) -> None:
+        if drafted <= 0 or depth <= 0:
+            return
+        iterations = drafted / depth
+        p = min(P_MAX, p_from_tau_bisect(1.0 + accepted / iterations, depth) / ratio)
+        own = self.own.setdefault(rid, {})
+        keep = math.exp(-iterations / self.request_horizon)
+        for ev in own.values():
+            ev[0] *= keep
+            ev[1] *= keep
+        mine = own.setdefault(method, [0.0, 0.0])
+        mine[0] += iterations
+        mine[1] += p * iterations
+        pool = self.pool.setdefault(method, [0.0, 0.0])
+        keep = math.exp(-iterations / self.pool_horizon)
+        pool[0] = pool[0] * keep + iterations
+        pool[1] = pool[1] * keep + p * iterations
+
+    def _observe_request(self, rid: int, view: ClusterView, worker: int | None) -> None:
+        rv = view.request(rid)
+        self._prompt[rid] = rv.prompt_id
+        d0, a0 = self._read.get(rid, (0, 0))
+        self._read[rid] = (rv.drafted_tokens, rv.accepted_tokens)
+        spec = rv.spec
+        if not spec.enabled and worker is not None:
+            spec = self.default.get(worker, SPEC_OFF)
+        if not spec.enabled or spec.method is None:
+            return
+        ratio = self._ratio.get(spec.topk, 1.0) if spec.method == MULTI_PATH else 1.0
+        self.record(rid, spec.method, spec.gamma, ratio, rv.drafted_tokens - d0, rv.accepted_tokens - a0)
+
+    def ref_arms(self, view: ClusterView, batch: int, context: float) -> list[Arm]:
+        b, ctx = self._key(batch, context)
+        out = []
+        for m in self.methods:
+            for k in PATHS if self.multi_path and m == MULTI_PATH else (1,):
+                for d in DEPTHS:
+                    t = view.cost(b, b * (k * d + 1), ctx) + view.draft_cost(m, b * k, ctx * k, d)
+                    spec = SpecConfig(method=m, gamma=d, topk=k, verify_tokens=k * d if k > 1 else 0)
+                    out.append(Arm(spec, t, self._ratio.get(k, 1.0) if m == MULTI_PATH else 1.0))
+        return out
+
+    def ref_best(
+        self, view: ClusterView, batch: int, ctx: float, p_of: dict[str, float]
+    ) -> tuple[Arm | None, float]:
+        best, best_rate = None, -1.0
+        arms = self.ref_arms(view, batch, ctx)
+        for m, p in p_of.items():
+            got: tuple[Arm | None, float] = (None, -1.0)
+            for arm in arms:
+                if arm.method == m:
+                    rate = arm.tokens(round(p * 200) / 200) / arm.time_s
+                    if rate > got[1] * (1 + 1e-9):
+                        got = (arm, rate)
+            if got[1] > best_rate * (1 + 1e-9):
+                best, best_rate = got
+        return best, best_rate
+
+    def configure(
+        self, worker: int, view: ClusterView, batch: int | None = None, context: float | None = None
+    ) -> list[Action]:
+        wv = view.worker(worker)
+        b = batch if batch is not None else wv.running + wv.waiting
+        if b <= 0:
+            return []
+        ctx = context if context is not None else float(max(wv.kv_used_tokens, b))
+        key = self._key(b, ctx)
+        plain = view.cost(key[0], key[0], key[1])
+        rids = sorted(self.members.get(worker, ()))
+        if b > self.per_request_batch or not rids:
+            allowed_methods = (self.fixed,) if self.fixed else self._allowed()
+            arm, rate = self.ref_best(view, b, ctx, {m: self.pooled(m) for m in allowed_methods})
+            return self.ref_set_worker(
+                view, worker, arm if arm is not None and rate > (1 + 1e-9) / plain else None, rids
+            )
+        for rid in rids:
+            self._observe_request(rid, view, worker)
+        pooled = {m: self.pooled(m) for m in self._allowed() if self.fixed is None or m == self.fixed}
+        p_req = {
+            rid: {
+                m: self._blend(rid, m, pm)
+                for m, pm in pooled.items()
+                if m != "history" or self._history.get(self._prompt.get(rid, -1), False)
+            }
+            for rid in rids
+        }
+
+        def choose(allowed: set[str]) -> dict[int, Arm | None]:
+            out: dict[int, Arm | None] = {}
+            for rid, ps in p_req.items():
+                arm, rate = self.ref_best(view, b, ctx, {m: p for m, p in ps.items() if m in allowed})
+                out[rid] = arm if arm is not None and rate > (1 + 1e-9) / plain else None
+            return out
+
+        def worker_rate(choice: dict[int, Arm | None]) -> float:
+            tokens, verify = float(b - len(choice)), float(b)
+            drafters: dict[str, tuple[int, int, int]] = {}
+            for rid, arm in choice.items():
+                if arm is None:
+                    tokens += 1.0
+                    continue
+                tokens += arm.tokens(p_req[rid][arm.method])
+                verify += arm.spec.tokens_verified
+                n, d, k = drafters.get(arm.method, (0, 0, 1))
+                drafters[arm.method] = (n + 1, max(d, arm.spec.gamma), max(k, arm.spec.topk))
+            t = view.cost(b, verify, ctx)
+            for m, (n, d, k) in drafters.items():
+                t += view.draft_cost(m, n * k, ctx * n / b * k, d)
+            return tokens / t
+
+        allowed = set(pooled)
+        best_choice: dict[int, Arm | None] = {}
+        best_total = -1.0
+        while True:
+            choice = choose(allowed)
+            total = worker_rate(choice)
+            if total <= best_total * (1 + 1e-9):
+                break
+            best_choice, best_total = choice, total
+            costly = {a.method for a in choice.values() if a is not None and a.method not in MODEL_FREE}
+            trials = [(worker_rate(choose(allowed - {m})), m) for m in sorted(costly)]
+            if not trials:
+                break
+            rate, drop = max(trials)
+            if rate <= best_total * (1 + 1e-9):
+                break
+            allowed = allowed - {drop}
+        return self.ref_apply(worker, best_choice, rids)
+
+    def ref_set_worker(
+        self, view: ClusterView, worker: int, arm: Arm | None, rids: list[int]
+    ) -> list[Action]:
+        out: list[Action] = []
+        spec = arm.spec if arm is not None else SPEC_OFF
+        changed = self.default.get(worker, SPEC_OFF) != spec
+        for rid in rids:
+            if changed or rid in self.override:
+                self._observe_request(rid, view, worker)
+        if changed:
+            self.default[worker] = spec
+            out.append(SetSpec(spec=spec, worker=worker))
+        for rid in rids:
+            if self.override.pop(rid, None) is not None:
+                out.append(SetSpec(spec=SPEC_OFF, request=rid))
+        return out
+
+    def ref_apply(self, worker: int, choice: dict[int, Arm | None], rids: list[int]) -> list[Action]:
+        counts: dict[SpecConfig, int] = {}
+        for arm in choice.values():
+            spec = arm.spec if arm is not None else SPEC_OFF
+            counts[spec] = counts.get(spec, 0) + 1
+        key = lambda s: (s.method or "", s.gamma, s.topk)  # noqa: E731
+        default = max(sorted(counts, key=key), key=lambda s: counts[s]) if counts else SPEC_OFF
+        out: list[Action] = []
+        if self.default.get(worker, SPEC_OFF) != default:
+            self.default[worker] = default
+            out.append(SetSpec(spec=default, worker=worker))
+        for rid in rids:
+            arm = choice.get(rid)
+            want = arm.spec if arm is not None and arm.spec != default else None
+            if want == self.override.get(rid):
+                continue
+            if want is None:
+                del self.override[rid]
+                out.append(SetSpec(spec=SPEC_OFF, request=rid))
+            else:
+                self.override[rid] = want
+                out.append(SetSpec(spec=want, request=rid))
+        return out
+
+
+@dataclass
+class DrafterView(CostView):
+    """CostView whose verification also pays per context token, with earlier epochs for
+    some prompts and a group size (the suffix tree's multi-path gain depends on it)."""
+
+    t_per_ctx: float = 0.0
+    with_history: frozenset[int] = frozenset()
+    group_size: int = 1
+
+    @property
+    def info(self) -> ModelInfo:
+        return ModelInfo(model="m", gpu="g", tp=1, group_size=self.group_size, temperature=1.0)
+
+    def cost(self, num_seqs: float, new_tokens: float, context_tokens: float) -> float:
+        return self.t_base + self.t_per_token * new_tokens + self.t_per_ctx * context_tokens
+
+    def draft_cost(self, method: str, num_seqs: float, context_tokens: float, gamma: int) -> float:
+        return self.draft_step[method] * gamma * (1.0 + 1e-6 * context_tokens)
+
+    def history(self, prompt_id: int) -> PromptHistory:
+        return PromptHistory(lengths=((100,),)) if prompt_id in self.with_history else PromptHistory()
+
+
+def _advance(view: DrafterView, rng: np.random.Generator, worker: int, rids: list[int]) -> None:
+    """Some iterations for every request on the worker, drafting at its current setting."""
+    for rid in rids:
+        rv = view.requests[rid]
+        spec = rv.spec if rv.spec.enabled else view.workers[worker].spec
+        iters = int(rng.integers(0, 60))
+        drafted = spec.tokens_verified * iters if spec.enabled else 0
+        accepted = int(rng.binomial(drafted, rng.uniform(0.05, 0.95))) if drafted else 0
+        view.requests[rid] = rv._replace(
+            generated=rv.generated + iters + accepted,
+            drafted_tokens=rv.drafted_tokens + drafted,
+            accepted_tokens=rv.accepted_tokens + accepted,
+        )
+    ctx = sum(view.requests[r].prompt_len + view.requests[r].generated for r in rids)
+    view.set_worker(worker, running=len(rids), kv_used_tokens=ctx)
+
+
+def _apply_to(view: DrafterView, actions: list[Action]) -> None:
+    for a in actions:
+        assert isinstance(a, SetSpec)
+        if a.request is not None:
+            view.requests[a.request] = view.requests[a.request]._replace(spec=a.spec)
+        else:
+            assert a.worker is not None
+            view.set_worker(a.worker, spec=a.spec)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    methods=st.sampled_from(
+        [
+            ("suffix",),
+            ("suffix", "draft_small"),
+            ("suffix", "history", "eagle"),
+            ("suffix", "history", "draft_small", "eagle"),
+            ("draft_small", "eagle"),
+        ]
+    ),
+    fixed_first=st.booleans(),
+    per_request_batch=st.sampled_from([0, 3, 64]),
+    multi_path=st.booleans(),
+    group_size=st.integers(1, 16),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_fast_configuration_matches_the_straightforward_reference(
+    methods: tuple[str, ...],
+    fixed_first: bool,
+    per_request_batch: int,
+    multi_path: bool,
+    group_size: int,
+    seed: int,
+) -> None:
+    """Random evidence, costs and events on two workers: the actions, the requests' own
+    evidence and the pooled evidence of BestDrafter equal ReferenceDrafter's exactly."""
+    rng = np.random.default_rng(seed)
+    kw = {
+        "fixed": methods[0] if fixed_first else None,
+        "per_request_batch": per_request_batch,
+        "multi_path": multi_path,
+    }
+    fast, ref = BestDrafter(methods, **kw), ReferenceDrafter(methods, **kw)  # type: ignore[arg-type]
+    costs = {"suffix": 0.0, "history": 0.0, **{m: float(rng.uniform(0.0, 0.004)) for m in MODEL_COSTS}}
+    view = DrafterView(
+        workers=FakeView.make(2).workers,
+        draft_step=costs,
+        group_size=group_size,
+        t_per_ctx=float(rng.choice([0.0, 1e-7])),
+    )
+    view.t_per_token = float(10 ** rng.uniform(-6.5, -3.5))
+    rid = 0
+    for step in range(2):
+        rids = list(range(rid, rid + int(rng.integers(1, 12))))
+        rid = rids[-1] + 1
+        on = {w: [r for r in rids if r % 2 == w] for w in (0, 1)}
+        view.with_history = frozenset(int(p) for p in rng.choice(rids, int(rng.integers(0, len(rids) + 1))))
+        for r in rids:
+            view.add_request(r, r % 2, prompt_id=r, prompt_len=int(rng.integers(10, 4000)))
+        for w in (0, 1):
+            view.set_worker(w, running=len(on[w]), spec=SPEC_OFF)
+        start = StepStarted(float(step), step, 0, tuple(rids))
+        place = [Assign(request=r, worker=r % 2) for r in rids]
+        for d in (fast, ref):
+            d.observe(place)
+        got, want = fast.on_event(start, view), ref.on_event(start, view)
+        assert got == want
+        _apply_to(view, got)
+        for t in range(int(rng.integers(1, 8))):
+            w = int(rng.integers(0, 2))
+            _advance(view, rng, w, on[w])
+            if on[w] and rng.random() < 0.3:  # a request leaves its worker
+                gone = on[w].pop(int(rng.integers(0, len(on[w]))))
+                view.requests[gone] = view.requests[gone]._replace(state="finished")
+                event: Event = RequestFinished(t + 0.5, request=gone, worker=w, length=1)
+                view.set_worker(w, running=len(on[w]))
+            else:
+                event = Tick(t + 0.5, worker=w, iteration=t)
+            got, want = fast.on_event(event, view), ref.on_event(event, view)
+            assert got == want
+            assert fast.own == ref.own and fast.pool == ref.pool
+            _apply_to(view, got)
+
+
+def test_scheduler_worker_choice_is_the_least_key() -> None:
+    """`ReplicaAwareScheduler._select_worker` against its definition: the least
+    (runs replicas, reserved share, running, worker) among the workers the chunk fits."""
+    rng = np.random.default_rng(1)
+    sched = ReplicaAwareScheduler("fifo", max_seqs=4, kv_margin=0.1)
+    for _ in range(300):
+        n = int(rng.integers(1, 12))
+        sched._caps = [int(c) for c in rng.choice([1000, 2000], n)]
+        sched._loads = [
+            WorkerLoad(reserved=int(rng.choice([0, 500, 900, 1500])), running=int(rng.integers(0, 5)))
+            for _ in range(n)
+        ]
+        sched._replica_load = {int(w): int(rng.integers(0, 2)) for w in rng.integers(0, n, 3)}
+        need = int(rng.choice([50, 200, 700]))
+        fits = [
+            w
+            for w, ld in enumerate(sched._loads)
+            if ld.running < 4 and (ld.reserved + need <= sched._caps[w] * 0.9 or ld.running == 0)
+        ]
+        key = {
+            w: (
+                sched._replica_load.get(w, 0) > 0,
+                sched._loads[w].reserved / sched._caps[w],
+                sched._loads[w].running,
+                w,
+            )
+            for w in fits
+        }
+        assert sched._select_worker(need) == (min(fits, key=key.__getitem__) if fits else None)
 
 
 def test_scheduler_releases_a_chunk_won_by_a_replica_where_it_was_reserved() -> None:
