@@ -48,13 +48,14 @@ Worker configuration (at every tick of a worker and whenever a request leaves it
   the worker's total tokens per second. The most common choice becomes the worker's
   setting, the others per-request overrides (an executor applies a request's own setting
   over its worker's); a request that prefers plain decoding on a worker that speculates
-  follows the worker (an override cannot say "plain").
+  is told `SPEC_PLAIN`.
 
 Which requests run on a worker comes from the placements this part observes (`observe`,
 fed by `policies.composite.Composite` with every action of the composed policy); without
 that feed it configures workers only. History drafting is offered only for prompts with an
 earlier epoch (`view.history`), as HistoSpec does. Which methods the executor can draft
-with is the `methods` argument (a trace needs an `accept_<m>` column for each).
+with is `methods` less what `view.draft_methods` lacks (a trace needs an `accept_<m>`
+column per method; the vLLM backend has n-gram and suffix drafters only).
 `fixed` restricts the requests' own speculation to one method while the ladder (the
 Fastest-of-N ranking, `ladder`) still spans all methods.
 
@@ -74,6 +75,7 @@ from itertools import pairwise
 
 from policies.contract import (
     SPEC_OFF,
+    SPEC_PLAIN,
     Action,
     Assign,
     Capability,
@@ -265,6 +267,7 @@ class BestDrafter(Policy):
         self._seen: dict[RequestId, RequestView] = {}  # request -> its view at the last read
         self._history: dict[int, bool] = {}  # prompt -> has an earlier epoch
         self._history_step = False
+        self._available: frozenset[str] | None = None  # the executor's draft methods (None: all)
         self._arms: dict[tuple[int, float], list[Arm]] = {}
         self._arms_by_method: dict[tuple[int, float], dict[str, list[Arm]]] = {}  # key -> method ->
         self._verify_time: dict[tuple[int, float], dict[int, float]] = {}  # key -> verify tokens -> s
@@ -355,6 +358,8 @@ class BestDrafter(Policy):
             if drafted <= 0:  # nothing drafted since the last read: `record` ignores it
                 continue
             spec = rv.spec
+            if spec.plain:
+                continue
             if not spec.enabled:  # the request runs with its worker's setting, if any
                 spec = fallback
                 if not spec.enabled:
@@ -379,7 +384,10 @@ class BestDrafter(Policy):
 
     def _allowed(self, prompt_id: int | None = None) -> tuple[str, ...]:
         out = []
+        available = self._available
         for m in self.methods:
+            if available is not None and m not in available:
+                continue
             if m == "history":
                 ok = self._history_step if prompt_id is None else self._history.get(prompt_id, False)
                 if not ok:
@@ -534,6 +542,7 @@ class BestDrafter(Policy):
         members, where = self.members, self.where  # placements observed before this event
         self._reset()
         self.members, self.where = members, where
+        self._available = view.draft_methods
         refs = max(0, view.info.group_size - 1)
         chain = table2_tau(refs, 1)
         self._ratio = {k: per_token_acceptance(table2_tau(refs, k), TABLE2_DRAFT)
@@ -577,6 +586,7 @@ class BestDrafter(Policy):
         rids = sorted(members)
         self._observe(rids, view, worker)
         pooled = {m: self.pooled(m) for m in self._allowed() if self.fixed is None or m == self.fixed}
+        # (`_allowed` leaves out what the executor cannot draft with, `fixed` included)
         trial = _Assignment(view, b, ctx, self._options(view, key, rids, pooled), (1 + 1e-9) / plain)
         # Greedy: while model drafters are in use, drop the one whose removal most raises the
         # worker's rate, if it does. (The rate of the first choice is needed only to compare
@@ -654,6 +664,8 @@ class BestDrafter(Policy):
 
     def _worker_arm(self, view: ClusterView, key: tuple[int, float], plain: float) -> Arm | None:
         allowed = (self.fixed,) if self.fixed else self._allowed()
+        if self.fixed and self._available is not None and self.fixed not in self._available:
+            allowed = ()
         arm, rate = self._best_at(view, key, {m: self.pooled(m) for m in allowed})
         return arm if arm is not None and rate > (1 + 1e-9) / plain else None
 
@@ -701,8 +713,11 @@ class BestDrafter(Policy):
         if self.default.get(worker, SPEC_OFF) != default:
             self.default[worker] = default
             out.append(SetSpec(spec=default, worker=worker))
-        # each arm's override: none where it runs as the worker's setting
-        want_of = {i: a.spec if a is not None and a.spec != default else None for i, a in arms.items()}
+        # each arm's override: none where it runs as the worker's setting; a request better
+        # off plain on a speculating worker is told so (the rate estimate counted it plain)
+        plain = SPEC_PLAIN if default.enabled else None
+        want_of = {i: (a.spec if a.spec != default else None) if a is not None else plain
+                   for i, a in arms.items()}
         for rid, arm in zip(rids, choice, strict=True):
             want = want_of[id(arm)]
             have = self.override.get(rid)

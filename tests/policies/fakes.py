@@ -28,6 +28,9 @@ class FakeView:
     t_base: float = 0.010
     t_per_token: float = 1e-4
     t_draft_step: float = 0.002
+    methods: frozenset[str] = frozenset(
+        {"ngram", "suffix", "history", "draft_small", "draft_medium", "w4_self", "eagle"}
+    )
 
     @staticmethod
     def make(n_workers: int, gpus: int = 4) -> FakeView:
@@ -74,7 +77,7 @@ class FakeView:
 
     @property
     def draft_methods(self) -> frozenset[str]:
-        return frozenset({"ngram", "suffix", "history", "draft_small", "draft_medium", "w4_self", "eagle"})
+        return self.methods
 
     def worker(self, worker: int) -> WorkerView:
         return self.workers[worker]

@@ -28,6 +28,7 @@ from policies.best_drafter import (
 from policies.composite import VARIANTS, ReplicaAwareScheduler
 from policies.contract import (
     SPEC_OFF,
+    SPEC_PLAIN,
     Action,
     Assign,
     ClusterView,
@@ -116,12 +117,16 @@ class CostView(FakeView):
         return self.draft_step[method] * gamma
 
 
-def drafter_setup(batch: int) -> tuple[BestDrafter, CostView]:
+def drafter_setup(
+    batch: int, methods: frozenset[str] | None = None, **kw: object
+) -> tuple[BestDrafter, CostView]:
     view = CostView(workers=FakeView.make(1).workers, draft_step={"suffix": 0.0, "draft_small": 0.002})
+    if methods is not None:
+        view.methods = methods
     view.set_worker(0, running=batch, kv_used_tokens=100 * batch)
     for rid in range(batch):
         view.add_request(rid, 0, prompt_id=rid)
-    drafter = BestDrafter(("suffix", "draft_small"), multi_path=False)
+    drafter = BestDrafter(("suffix", "draft_small"), multi_path=False, **kw)  # type: ignore[arg-type]
     drafter.on_event(StepStarted(0.0, 0, 0, tuple(range(batch))), view)
     drafter.observe([Assign(request=r, worker=0) for r in range(batch)])
     return drafter, view
@@ -154,6 +159,32 @@ def test_drafter_choice_picks_the_best_expected_throughput_per_request() -> None
     # good suffix evidence turns it around
     drafter.record(0, "suffix", depth=4, ratio=1.0, drafted=40000, accepted=30000)
     assert [a.spec.method for a in drafter.configure(0, view) if isinstance(a, SetSpec)] == ["suffix"]
+
+
+def test_methods_the_executor_lacks_are_never_asked_for() -> None:
+    # as in the test above request 0 would take the draft model, but this executor has
+    # only the suffix tree (vLLM's CPU backend, say)
+    drafter, view = drafter_setup(batch=1, methods=frozenset({"suffix", "ngram"}))
+    drafter.record(0, "suffix", depth=4, ratio=1.0, drafted=4000, accepted=250)
+    used = {a.spec.method for a in drafter.configure(0, view) if isinstance(a, SetSpec)}
+    assert used <= {"suffix", None}
+    assert [r.method for r in drafter.ladder(view, [0])] == ["suffix"]
+    # fixed to a method the executor lacks: plain decoding
+    drafter, view = drafter_setup(batch=1, methods=frozenset({"suffix"}), fixed="draft_small")
+    assert drafter.configure(0, view) == []
+
+
+def test_a_request_better_off_plain_is_told_so_on_a_speculating_worker() -> None:
+    drafter, view = drafter_setup(batch=3)
+    view.t_per_token = 2e-3  # verification is dear: only requests that draft well gain
+    for m in ("suffix", "draft_small"):
+        drafter.record(0, m, depth=4, ratio=1.0, drafted=4000, accepted=0)  # never accepted
+    for rid in (1, 2):
+        drafter.record(rid, "suffix", depth=4, ratio=1.0, drafted=4000, accepted=3900)
+    specs = {(a.worker, a.request): a.spec for a in drafter.configure(0, view) if isinstance(a, SetSpec)}
+    assert specs[(0, None)].method == "suffix"  # the worker takes the majority's choice ...
+    assert specs[(None, 0)] == SPEC_PLAIN  # ... and request 0 is kept off it, as its rate assumed
+    assert set(specs) == {(0, None), (None, 0)}
 
 
 def test_a_draft_model_one_request_wants_is_dropped_when_the_batch_pays_more_for_it() -> None:
@@ -273,6 +304,8 @@ class ReferenceDrafter(BestDrafter):
         d0, a0 = self._read.get(rid, (0, 0))
         self._read[rid] = (rv.drafted_tokens, rv.accepted_tokens)
         spec = rv.spec
+        if spec.plain:
+            return
         if not spec.enabled and worker is not None:
             spec = self.default.get(worker, SPEC_OFF)
         if not spec.enabled or spec.method is None:
@@ -320,6 +353,8 @@ class ReferenceDrafter(BestDrafter):
         rids = sorted(self.members.get(worker, ()))
         if b > self.per_request_batch or not rids:
             allowed_methods = (self.fixed,) if self.fixed else self._allowed()
+            if self.fixed and self.fixed not in view.draft_methods:
+                allowed_methods = ()
             arm, rate = self.ref_best(view, b, ctx, {m: self.pooled(m) for m in allowed_methods})
             return self.ref_set_worker(
                 view, worker, arm if arm is not None and rate > (1 + 1e-9) / plain else None, rids
@@ -408,7 +443,10 @@ class ReferenceDrafter(BestDrafter):
             out.append(SetSpec(spec=default, worker=worker))
         for rid in rids:
             arm = choice.get(rid)
-            want = arm.spec if arm is not None and arm.spec != default else None
+            if arm is None:
+                want = SPEC_PLAIN if default.enabled else None
+            else:
+                want = arm.spec if arm.spec != default else None
             if want == self.override.get(rid):
                 continue
             if want is None:
