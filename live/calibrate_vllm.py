@@ -53,18 +53,19 @@ class VllmCalibrator:
         self.log = log or (lambda _m: None)
         self._engine_obj: Any = None
 
-    def _engine(self, max_num_seqs: int) -> Any:
+    def _new_engine(self, max_num_seqs: int, **extra: Any) -> Any:
+        """An fp32 engine without CUDA graphs: the settings vLLM runs with on CPU."""
         from vllm import EngineArgs, LLMEngine
 
+        args = EngineArgs(
+            model=self.model_dir, dtype="float32", enforce_eager=True, seed=self.seed,
+            max_num_seqs=max_num_seqs, **extra,
+        )
+        return LLMEngine.from_engine_args(args)
+
+    def _engine(self, max_num_seqs: int) -> Any:
         if self._engine_obj is None:
-            args = EngineArgs(
-                model=self.model_dir,
-                dtype="float32",
-                enforce_eager=True,
-                seed=self.seed,
-                max_num_seqs=max_num_seqs,
-            )
-            self._engine_obj = LLMEngine.from_engine_args(args)
+            self._engine_obj = self._new_engine(max_num_seqs)
         return self._engine_obj
 
     def _prompt(self, i: int, n: int) -> list[int]:
@@ -73,35 +74,51 @@ class VllmCalibrator:
         g = torch.Generator().manual_seed(self.seed * 100003 + i)
         return torch.randint(3, self.vocab, (n,), generator=g).tolist()
 
-    def _measure(self, engine: Any, b: int, ctx: int, repeats: int) -> tuple[float, float]:
-        """(first step seconds, median decode step seconds) for b fresh requests."""
+    @staticmethod
+    def _submit(engine: Any, tag: str, prompts: list[list[int]], max_tokens: int) -> list[str]:
+        """Add greedy requests that ignore EOS (their lengths are the sweep's), by fresh ids."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
         params = SamplingParams(
-            max_tokens=repeats + 4,
+            max_tokens=max_tokens,
             temperature=0.0,
             ignore_eos=True,
             output_kind=RequestOutputKind.DELTA,
             detokenize=False,
         )
-        ids = [f"cal-{time.perf_counter_ns()}-{i}" for i in range(b)]
-        for i, rid in enumerate(ids):
-            engine.add_request(rid, TokensPrompt(prompt_token_ids=self._prompt(i, ctx)), params)
-        t0 = time.perf_counter()
+        ids = [f"{tag}-{time.perf_counter_ns()}-{i}" for i in range(len(prompts))]
+        for rid, prompt in zip(ids, prompts, strict=True):
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), params)
+        return ids
+
+    @staticmethod
+    def _prefill(engine: Any, ids: list[str]) -> None:
+        """Step until every request produced its first token (chunked prefill may take
+        several steps)."""
         produced: set[str] = set()
-        while len(produced) < b:  # chunked prefill may take several steps
+        while len(produced) < len(ids):
             produced.update(o.request_id for o in engine.step() if o.outputs and o.outputs[0].token_ids)
+
+    @staticmethod
+    def _drain(engine: Any, ids: list[str]) -> None:
+        engine.abort_request(ids)
+        while engine.has_unfinished_requests():
+            engine.step()
+
+    def _measure(self, engine: Any, b: int, ctx: int, repeats: int) -> tuple[float, float]:
+        """(first step seconds, median decode step seconds) for b fresh requests."""
+        ids = self._submit(engine, "cal", [self._prompt(i, ctx) for i in range(b)], repeats + 4)
+        t0 = time.perf_counter()
+        self._prefill(engine, ids)
         first = time.perf_counter() - t0
         steps = []
         for _ in range(repeats):
             t = time.perf_counter()
             engine.step()
             steps.append(time.perf_counter() - t)
-        engine.abort_request(ids)
-        while engine.has_unfinished_requests():
-            engine.step()
+        self._drain(engine, ids)
         return first, statistics.median(steps)
 
     def _periodic(self, i: int, n: int, period: int = PERIOD) -> list[int]:
@@ -110,21 +127,11 @@ class VllmCalibrator:
         return (pattern * (n // period + 1))[:n]
 
     def _spec_engine(self, gamma: int, max_num_seqs: int) -> Any:
-        from vllm import EngineArgs, LLMEngine
-
         from live.vllm_backend import speculative_config
         from policies.contract import SpecConfig
 
-        args = EngineArgs(
-            model=self.model_dir,
-            dtype="float32",
-            enforce_eager=True,
-            seed=self.seed,
-            max_num_seqs=max_num_seqs,
-            speculative_config=speculative_config(SpecConfig(method="ngram", gamma=gamma)),
-            disable_log_stats=False,
-        )
-        return LLMEngine.from_engine_args(args)
+        spec = speculative_config(SpecConfig(method="ngram", gamma=gamma))
+        return self._new_engine(max_num_seqs, speculative_config=spec, disable_log_stats=False)
 
     def measure_verify(
         self,
@@ -138,25 +145,10 @@ class VllmCalibrator:
     ) -> tuple[float, float, int]:
         """(median step seconds, median tokens drafted per step, steps that drafted) for b
         requests of which k have periodic prompts, after their prefill and one warm-up step."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
-
         counter = drafted_total or draft_tokens_counter
-        params = SamplingParams(
-            max_tokens=(repeats + 2) * (gamma + 1) + 8,
-            temperature=0.0,
-            ignore_eos=True,
-            output_kind=RequestOutputKind.DELTA,
-            detokenize=False,
-        )
-        ids = [f"cal-v-{time.perf_counter_ns()}-{i}" for i in range(b)]
-        for i, rid in enumerate(ids):
-            prompt = self._periodic(i, ctx) if i < k else self._prompt(i, ctx)
-            engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), params)
-        produced: set[str] = set()
-        while len(produced) < b:
-            produced.update(o.request_id for o in engine.step() if o.outputs and o.outputs[0].token_ids)
+        prompts = [self._periodic(i, ctx) if i < k else self._prompt(i, ctx) for i in range(b)]
+        ids = self._submit(engine, "cal-v", prompts, (repeats + 2) * (gamma + 1) + 8)
+        self._prefill(engine, ids)
         engine.step()
         steps, drafted = [], []
         for _ in range(repeats):
@@ -168,9 +160,7 @@ class VllmCalibrator:
             if d > 0:
                 steps.append(dt)
                 drafted.append(d)
-        engine.abort_request(ids)
-        while engine.has_unfinished_requests():
-            engine.step()
+        self._drain(engine, ids)
         if not steps:
             return 0.0, 0.0, 0
         return statistics.median(steps), statistics.median(drafted), len(steps)

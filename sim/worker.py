@@ -258,7 +258,7 @@ class Worker:
         A row drafts in the iterations up to its `finish` column."""
         st, cost, sim = self.sim.state, self.sim.cost, self.sim
         k = len(ctx)
-        if batch is not None and window[0] == 0 and not window.any() and methods[0] >= 0:
+        if batch is not None and methods[0] >= 0 and not window.any():
             m0 = methods[0]
             if (methods == m0).all():  # the common case: every row drafts alike, coupled
                 n = batch if np.ndim(batch) else float(batch)
