@@ -52,9 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scheduling_policies import rhymerl_setup, seer_setup
 from bench_speactor import setup as speactor_setup
 from bench_speculation_policies import setup_for
-
-from sim.replay import ReplaySetup, run_policy
-from traces.io import Trace
+from simctl.sim.replay import ReplaySetup, run_policy
+from simctl.traces.io import Trace
 
 COMPOSITE = ["composite", "composite-no-fon", "composite-fixed-drafter"]
 PAPERS = ["speactor", "efficientrollout", "tlt", "seer", "rhymerl"]
@@ -145,16 +144,41 @@ def run_preset(preset: str, bench: Bench, scale: float, names: list[str]) -> lis
         try:
             run = run_policy(setup, name)
         except Exception as exc:  # a policy that cannot run a preset is reported, not fatal
-            out.append(Result(preset, name, setup.cluster.label, requests, float("nan"), float("nan"),
-                              0.0, 0, 0, f"{type(exc).__name__}: {exc}"))
+            out.append(
+                Result(
+                    preset,
+                    name,
+                    setup.cluster.label,
+                    requests,
+                    float("nan"),
+                    float("nan"),
+                    0.0,
+                    0,
+                    0,
+                    f"{type(exc).__name__}: {exc}",
+                )
+            )
             print(f"  {preset:28s} {name:26s} FAILED {exc}", file=sys.stderr)
             continue
         mk = [s.rollout_makespan_s for s in run.steps if s.step in steps]
-        out.append(Result(preset, name, setup.cluster.label, requests, sum(mk) / len(mk), float("nan"),
-                          run.sim_wall_s / len(run.steps), int(run.counters.get("replicas", 0)),
-                          int(run.counters.get("replica_wins", 0))))
-        print(f"  {preset:28s} {name:26s} {out[-1].rollout_s:8.1f} s rollout "
-              f"{time.perf_counter() - t0:6.1f} s wall", file=sys.stderr)
+        out.append(
+            Result(
+                preset,
+                name,
+                setup.cluster.label,
+                requests,
+                sum(mk) / len(mk),
+                float("nan"),
+                run.sim_wall_s / len(run.steps),
+                int(run.counters.get("replicas", 0)),
+                int(run.counters.get("replica_wins", 0)),
+            )
+        )
+        print(
+            f"  {preset:28s} {name:26s} {out[-1].rollout_s:8.1f} s rollout "
+            f"{time.perf_counter() - t0:6.1f} s wall",
+            file=sys.stderr,
+        )
     base = next((r.rollout_s for r in out if r.policy == "verl"), float("nan"))
     for r in out:
         r.speedup = base / r.rollout_s if r.rollout_s == r.rollout_s and r.rollout_s > 0 else float("nan")
@@ -164,8 +188,7 @@ def run_preset(preset: str, bench: Bench, scale: float, names: list[str]) -> lis
 def markdown(results: list[Result], names: list[str]) -> str:
     presets = list(dict.fromkeys(r.preset for r in results))
     cell = {(r.preset, r.policy): r for r in results}
-    lines = ["| preset (layout, requests/step) | " + " | ".join(names) + " |",
-             "|---|" + "---:|" * len(names)]
+    lines = ["| preset (layout, requests/step) | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for p in presets:
         rows = [cell[(p, n)] for n in names if (p, n) in cell]
         best = max((r.speedup for r in rows if r.speedup == r.speedup), default=float("nan"))
@@ -180,8 +203,13 @@ def markdown(results: list[Result], names: list[str]) -> str:
                 cells.append(f"{r.speedup:.2f}x")
         first = rows[0]
         lines.append(f"| {p} ({first.layout}, {first.requests}) | " + " | ".join(cells) + " |")
-    lines += ["", "Simulator wall time per step (s):", "",
-              "| preset | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines += [
+        "",
+        "Simulator wall time per step (s):",
+        "",
+        "| preset | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
     for p in presets:
         walls = [f"{cell[(p, n)].wall_s_per_step:.1f}" if (p, n) in cell else "-" for n in names]
         lines.append(f"| {p} | " + " | ".join(walls) + " |")
@@ -204,8 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         if preset not in PRESETS:
             ap.error(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
         results += run_preset(preset, PRESETS[preset], args.scale, names)
-    print(f"rollout-time speedup over veRL (seed 0, scale x{args.scale}, "
-          f"{time.perf_counter() - t0:.0f} s)\n")
+    print(f"rollout-time speedup over veRL (seed 0, scale x{args.scale}, {time.perf_counter() - t0:.0f} s)\n")
     print(markdown(results, names))
     if args.json:
         args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1))

@@ -41,9 +41,9 @@ if str(ROOT) not in sys.path:
 
 RUNNER = r"""
 import sys
-from live.calibrate import calibrate_cmd
-from live.cli import live_cmd
-from sim.replay_cli import replay_cmd
+from simctl.live.calibrate import calibrate_cmd
+from simctl.live.cli import live_cmd
+from simctl.replay_cmd import replay_cmd
 cmd = {"live": live_cmd, "calibrate": calibrate_cmd, "replay": replay_cmd}[sys.argv[1]]
 cmd(sys.argv[2:], prog_name="simctl " + sys.argv[1])
 """
@@ -90,9 +90,8 @@ def model_check(iterations: Path, profile: Path, clock: str = "engine_s") -> dic
     all iterations and over those that verified drafts; and the live engine's CPU share."""
     import numpy as np
     import pandas as pd
-
-    from sim.cost_model import ProfiledCostModel
-    from sim.engine import DRAFTERS
+    from simctl.sim.cost_model import ProfiledCostModel
+    from simctl.sim.engine import DRAFTERS
 
     prof = ProfiledCostModel.from_json(profile)
     it = pd.read_parquet(iterations)

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from reports.build import build_report  # noqa: E402
+from simctl.reports.build import build_report  # noqa: E402
 
 PRESET = "dapo-32b-20k"
 WORKERS = 128
@@ -59,7 +59,7 @@ def _preset_shape() -> dict:
         "model": "qwen2.5-32b",
     }
     try:
-        from traces.presets import get_preset
+        from simctl.traces.presets import get_preset
 
         p = get_preset(PRESET)
         shape.update(
@@ -170,7 +170,7 @@ def _synth_step(policy: tuple, step: int, lens: np.ndarray, shape: dict, rng: np
 
 
 def synthesise(out: Path, steps: int, npolicies: int, seed: int = 0) -> Path:
-    """A run directory in the format of sim/replay_cli.py `write_run_dir`."""
+    """A run directory in the format of simctl/replay_cmd.py `write_run_dir`."""
     out.mkdir(parents=True, exist_ok=True)
     shape = _preset_shape()
     rng = np.random.default_rng(seed)

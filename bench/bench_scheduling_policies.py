@@ -49,16 +49,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from sim.cluster import ClusterSpec, parse_cluster
-from sim.cost_model import DEFAULT_PARAMS, RooflineCostModel
-from sim.hardware import get_gpu
-from sim.kv_pool import kv_bytes, transfer_seconds
-from sim.models import get_model
-from sim.replay import PolicyRun, ReplaySetup, run_policy
-from sim.step_time import post_rollout_time
-from traces.generate import generate_trace
-from traces.io import Trace, read_trace
+from simctl.sim.cluster import ClusterSpec, parse_cluster
+from simctl.sim.cost_model import DEFAULT_PARAMS, RooflineCostModel
+from simctl.sim.hardware import get_gpu
+from simctl.sim.kv_pool import kv_bytes, transfer_seconds
+from simctl.sim.models import get_model
+from simctl.sim.replay import PolicyRun, ReplaySetup, run_policy
+from simctl.sim.step_time import post_rollout_time
+from simctl.traces.generate import generate_trace
+from simctl.traces.io import Trace, read_trace
 
 SEED = 0
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,30 +152,53 @@ def seer_rows(preset: str, scale: float) -> tuple[list[Row], dict[str, PolicyRun
     step = {n: r.steps[0] for n, r in runs.items()}
     thr = {n: s.throughput_tok_s for n, s in step.items()}
     exp = f"{preset} ({setup.cluster.label}, {len(setup.trace.df)} requests)"
-    rows = [Row(exp, "veRL makespan / tail", f"{step['verl'].rollout_makespan_s:.0f} s / "
-                f"{step['verl'].tail_time_s:.0f} s", "-", None)]
+    rows = [
+        Row(
+            exp,
+            "veRL makespan / tail",
+            f"{step['verl'].rollout_makespan_s:.0f} s / {step['verl'].tail_time_s:.0f} s",
+            "-",
+            None,
+        )
+    ]
     targets = {"seer-divided": (1.27, 1.35), "seer-divided-context": (1.33, 1.47), "seer": (1.77, 1.87)}
-    labels = {"seer-divided": "+ divided rollout", "seer-divided-context": "+ context scheduling",
-              "seer": "+ grouped SD"}
+    labels = {
+        "seer-divided": "+ divided rollout",
+        "seer-divided-context": "+ context scheduling",
+        "seer": "+ grouped SD",
+    }
     for name, (lo, hi) in targets.items():
         r = thr[name] / thr["verl"]
-        rows.append(Row(exp, f"{labels[name]} vs veRL", f"{r:.2f}x", f"{lo:.2f}-{hi:.2f}x (Table 6)",
-                        within(r, lo * 0.97, hi * 1.03)))
+        rows.append(
+            Row(
+                exp,
+                f"{labels[name]} vs veRL",
+                f"{r:.2f}x",
+                f"{lo:.2f}-{hi:.2f}x (Table 6)",
+                within(r, lo * 0.97, hi * 1.03),
+            )
+        )
     tail = 1.0 - step["seer"].tail_time_s / max(step["verl"].tail_time_s, 1e-9)
-    rows.append(Row(exp, "Seer tail time below veRL's", f"{tail:.0%}", "75-93% (§6.2.2)",
-                    within(tail, 0.72, 0.96)))
+    rows.append(
+        Row(exp, "Seer tail time below veRL's", f"{tail:.0%}", "75-93% (§6.2.2)", within(tail, 0.72, 0.96))
+    )
     ctx = thr["seer-divided-context"] / thr["seer-oracle"]
-    rows.append(Row(exp, "context scheduling / oracle throughput", f"{ctx:.0%}", "~95% (Fig. 10)",
-                    ctx >= 0.92))
+    rows.append(
+        Row(exp, "context scheduling / oracle throughput", f"{ctx:.0%}", "~95% (Fig. 10)", ctx >= 0.92)
+    )
     rows.append(Row(exp, "oracle LFS vs veRL", f"{thr['seer-oracle'] / thr['verl']:.2f}x", "-", None))
     if preset == "seer-qwen2vl-72b-40k":
         base = thr["seer-divided-context"]
-        fig11 = (("seer", "+30%", 0.25, 0.35), ("seer-no-group-context", "+19%", 0.14, 0.24),
-                 ("seer-no-adapt", "+3%", -0.02, 0.08))
+        fig11 = (
+            ("seer", "+30%", 0.25, 0.35),
+            ("seer-no-group-context", "+19%", 0.14, 0.24),
+            ("seer-no-adapt", "+3%", -0.02, 0.08),
+        )
         for name, target, lo, hi in fig11:
             g = thr[name] / base - 1.0
-            rows.append(Row(exp, f"SD gain over no SD: {name}", f"{g:+.0%}", f"{target} (Fig. 11)",
-                            within(g, lo, hi)))
+            rows.append(
+                Row(exp, f"SD gain over no SD: {name}", f"{g:+.0%}", f"{target} (Fig. 11)", within(g, lo, hi))
+            )
     req = runs["seer"].requests[0]
     d = req["dispatches"].to_numpy(dtype=np.float64)
     gen = req["response_len"].to_numpy(dtype=np.float64)
@@ -185,14 +207,34 @@ def seer_rows(preset: str, scale: float) -> tuple[list[Row], dict[str, PolicyRun
     pull = transfer_seconds(setup.model, setup.cluster, moved)
     share = pull / (setup.cluster.num_workers * step["seer"].rollout_makespan_s)
     tb = kv_bytes(setup.model, moved) / 1e12
-    rows.append(Row(exp, "KV pulled from the global pool", f"{tb:.1f} TB, {share:.2%} of instance-time",
-                    "hidden by prefetch (§5)", None))
+    rows.append(
+        Row(
+            exp,
+            "KV pulled from the global pool",
+            f"{tb:.1f} TB, {share:.2%} of instance-time",
+            "hidden by prefetch (§5)",
+            None,
+        )
+    )
     acc = step["seer"].mean_accept_len
-    rows.append(Row(exp, "Seer mean acceptance length (model)", f"{acc:.2f}" if acc else "-",
-                    "rises to >3.5 in the tail (Fig. 12)", None))
-    rows.append(Row(exp, "preemptions veRL / Seer", f"{runs['verl'].counters.get('preemptions', 0)} / "
-                    f"{runs['seer'].counters.get('preemptions', 0)}", "Seer: none",
-                    runs["seer"].counters.get("preemptions", 0) == 0))
+    rows.append(
+        Row(
+            exp,
+            "Seer mean acceptance length (model)",
+            f"{acc:.2f}" if acc else "-",
+            "rises to >3.5 in the tail (Fig. 12)",
+            None,
+        )
+    )
+    rows.append(
+        Row(
+            exp,
+            "preemptions veRL / Seer",
+            f"{runs['verl'].counters.get('preemptions', 0)} / {runs['seer'].counters.get('preemptions', 0)}",
+            "Seer: none",
+            runs["seer"].counters.get("preemptions", 0) == 0,
+        )
+    )
     return rows, runs
 
 
@@ -209,13 +251,28 @@ def seer_token_rows() -> tuple[list[Row], dict[str, PolicyRun]]:
     tau_exact = exact["seer"].steps[0].mean_accept_len or 1.0
     tau_model = model["seer"].steps[0].mean_accept_len or 1.0
     return [
-        Row(exp, "grouped SD acceptance length: exact / Table 2 model", f"{tau_exact:.2f} / {tau_model:.2f}",
-            "Table 2: 2.04-2.53 (1-15 refs, depth 8)", None),
-        Row(exp, "drafted tokens accepted (exact)",
-            f"{c['replay_accepted'] / max(c['replay_drafted'], 1):.0%}", "-", None),
-        Row(exp, "SD gain: exact / model",
+        Row(
+            exp,
+            "grouped SD acceptance length: exact / Table 2 model",
+            f"{tau_exact:.2f} / {tau_model:.2f}",
+            "Table 2: 2.04-2.53 (1-15 refs, depth 8)",
+            None,
+        ),
+        Row(
+            exp,
+            "drafted tokens accepted (exact)",
+            f"{c['replay_accepted'] / max(c['replay_drafted'], 1):.0%}",
+            "-",
+            None,
+        ),
+        Row(
+            exp,
+            "SD gain: exact / model",
             f"{exact['seer'].steps[0].throughput_tok_s / base - 1:+.0%} / "
-            f"{model['seer'].steps[0].throughput_tok_s / base - 1:+.0%}", "+30-44% (§6.3)", None),
+            f"{model['seer'].steps[0].throughput_tok_s / base - 1:+.0%}",
+            "+30-44% (§6.3)",
+            None,
+        ),
     ], {**exact, "seer (model)": model["seer"]}
 
 
@@ -270,8 +327,10 @@ def rhymerl_rows(scale: float, steps: int) -> tuple[list[Row], dict[str, PolicyR
     spe = 32
     first = spe if steps > spe else 0
     measured = len(setup.trace.steps) - first
-    exp = (f"rhymerl-math-14b-16k ({setup.cluster.label}, {len(setup.trace.df) // steps} req/step, "
-           f"steps {first}-{steps - 1})")
+    exp = (
+        f"rhymerl-math-14b-16k ({setup.cluster.label}, {len(setup.trace.df) // steps} req/step, "
+        f"steps {first}-{steps - 1})"
+    )
     samples = int((setup.trace.df["step"] >= first).sum())
     thr = {}
     rollout = {}
@@ -279,29 +338,60 @@ def rhymerl_rows(scale: float, steps: int) -> tuple[list[Row], dict[str, PolicyR
         thr[name] = samples / pipeline_seconds(run, setup, first, name in PER_WORKER_PIPELINE)
         rollout[name] = float(np.mean([s.rollout_makespan_s for s in run.steps[first:]]))
     rows = [Row(exp, "veRL rollout makespan (mean)", f"{rollout['verl']:.0f} s", "-", None)]
-    chain = [("rhymerl-pipe", "verl", "HistoPipe vs veRL", 1.43, 1.3, 1.6),
-             ("rhymerl-pipe-2tier", "rhymerl-pipe", "two-tier vs HistoPipe", 1.10, 1.03, 1.2),
-             ("rhymerl", "rhymerl-pipe-2tier", "HistoSpec vs two-tier", 1.45, 1.35, 1.55)]
+    chain = [
+        ("rhymerl-pipe", "verl", "HistoPipe vs veRL", 1.43, 1.3, 1.6),
+        ("rhymerl-pipe-2tier", "rhymerl-pipe", "two-tier vs HistoPipe", 1.10, 1.03, 1.2),
+        ("rhymerl", "rhymerl-pipe-2tier", "HistoSpec vs two-tier", 1.45, 1.35, 1.55),
+    ]
     for name, ref, label, target, lo, hi in chain:
         r = thr[name] / thr[ref]
-        rows.append(Row(exp, f"{label} (training throughput)", f"{r:.2f}x", f"{target:.2f}x (Fig. 14)",
-                        within(r, lo, hi)))
+        rows.append(
+            Row(
+                exp,
+                f"{label} (training throughput)",
+                f"{r:.2f}x",
+                f"{target:.2f}x (Fig. 14)",
+                within(r, lo, hi),
+            )
+        )
     overall = thr["rhymerl"] / thr["verl"]
-    rows.append(Row(exp, "RhymeRL vs veRL training throughput", f"{overall:.2f}x", "up to ~2.6x (§7.1)",
-                    within(overall, 1.8, 2.8)))
-    rows.append(Row(exp, "RhymeRL vs veRL rollout makespan (per step)",
-                    f"{rollout['verl'] / rollout['rhymerl']:.2f}x", "-", None))
+    rows.append(
+        Row(
+            exp,
+            "RhymeRL vs veRL training throughput",
+            f"{overall:.2f}x",
+            "up to ~2.6x (§7.1)",
+            within(overall, 1.8, 2.8),
+        )
+    )
+    rows.append(
+        Row(
+            exp,
+            "RhymeRL vs veRL rollout makespan (per step)",
+            f"{rollout['verl'] / rollout['rhymerl']:.2f}x",
+            "-",
+            None,
+        )
+    )
     spec = rollout["verl"] / rollout["histospec-only"]
-    rows.append(Row(exp, "HistoSpec alone vs veRL rollout", f"{spec:.2f}x", "up to 1.86x per step (§7.4)",
-                    None))
+    rows.append(
+        Row(exp, "HistoSpec alone vs veRL rollout", f"{spec:.2f}x", "up to 1.86x per step (§7.4)", None)
+    )
     for name in ("rhymerl-pipe", "rhymerl"):
         req = pd.concat(runs[name].requests[first:])
         deferred = int(req["finish_s"].isna().sum())
         migrations = int(runs[name].counters.get("migrations", 0))
         # a deferred running request also counts one Migrate: an upper bound
         rate = (migrations + deferred) / max(len(req), 1)
-        rows.append(Row(exp, f"{name} migration rate (<=)", f"{rate:.1%} ({deferred} deferred)",
-                        "2.2-5.5% (Fig. 18)", within(rate, 0.01, 0.06)))
+        rows.append(
+            Row(
+                exp,
+                f"{name} migration rate (<=)",
+                f"{rate:.1%} ({deferred} deferred)",
+                "2.2-5.5% (Fig. 18)",
+                within(rate, 0.01, 0.06),
+            )
+        )
     _ = measured
     return rows, runs
 
@@ -317,11 +407,21 @@ def histospec_token_rows() -> tuple[list[Row], dict[str, PolicyRun]]:
     iters = max(c["replay_iterations"], 1)
     rate = c["replay_accepted"] / max(c["replay_drafted"], 1)
     return [
-        Row(exp, "HistoSpec acceptance rate (accepted / drafted)", f"{rate:.0%}", "65-79% (Fig. 17)",
-            within(rate, 0.62, 0.82)),
+        Row(
+            exp,
+            "HistoSpec acceptance rate (accepted / drafted)",
+            f"{rate:.0%}",
+            "65-79% (Fig. 17)",
+            within(rate, 0.62, 0.82),
+        ),
         Row(exp, "tokens per verify iteration", f"{(c['replay_accepted'] + iters) / iters:.2f}", "-", None),
-        Row(exp, "drafted tokens per iteration (AIMD windows; verification charged as drafted)",
-            f"{c['replay_drafted'] / iters:.2f}", "-", None),
+        Row(
+            exp,
+            "drafted tokens per iteration (AIMD windows; verification charged as drafted)",
+            f"{c['replay_drafted'] / iters:.2f}",
+            "-",
+            None,
+        ),
         Row(exp, "HistoSpec vs veRL rollout (exact)", f"{mk['verl'] / mk['histospec-only']:.2f}x", "-", None),
     ], runs
 
@@ -349,10 +449,19 @@ def wall_rows(all_runs: dict[str, dict[str, PolicyRun]]) -> list[Row]:
             per = run.sim_cpu_s / max(len(run.steps), 1)
             blocks = max(run.counters.get("blocks", 0), 1)
             ms, base_ms = 1e3 * run.sim_cpu_s / blocks, 1e3 * runs["verl"].sim_cpu_s / base_blocks
-            detail = (f"{per:.2f} ({per / base:.1f}x: {blocks / base_blocks:.1f}x the blocks at "
-                      f"{ms:.2f} ms, veRL {base_ms:.2f})")
-            rows.append(Row(f"simulator time: {exp}", f"{name} CPU s/step (veRL {base:.2f})",
-                            detail, "within 3x of veRL", per <= 3 * base))
+            detail = (
+                f"{per:.2f} ({per / base:.1f}x: {blocks / base_blocks:.1f}x the blocks at "
+                f"{ms:.2f} ms, veRL {base_ms:.2f})"
+            )
+            rows.append(
+                Row(
+                    f"simulator time: {exp}",
+                    f"{name} CPU s/step (veRL {base:.2f})",
+                    detail,
+                    "within 3x of veRL",
+                    per <= 3 * base,
+                )
+            )
     return rows
 
 
@@ -387,8 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         r, _ = histospec_token_rows()
         rows += r
     rows += wall_rows(runs)
-    print(f"scale {args.scale}, seed {SEED}, "
-          f"{time.perf_counter() - t0:.0f} s\n")
+    print(f"scale {args.scale}, seed {SEED}, {time.perf_counter() - t0:.0f} s\n")
     print(markdown(rows))
     if args.json:
         args.json.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))

@@ -18,13 +18,13 @@ import time
 
 CHILD = r"""
 import json, resource, sys, time
-from traces.generate import generate_trace
-from traces.io import Trace
-from sim.cluster import parse_cluster
-from sim.cost_model import load_cost_model
-from sim.engine import EngineConfig
-from sim.models import get_model
-from sim.replay import ReplaySetup, replay
+from simctl.traces.generate import generate_trace
+from simctl.traces.io import Trace
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import load_cost_model
+from simctl.sim.engine import EngineConfig
+from simctl.sim.models import get_model
+from simctl.sim.replay import ReplaySetup, replay
 preset, scale, cluster, policy = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
 per_it, seed = sys.argv[5] == "1", int(sys.argv[6])
 df, meta, lists = generate_trace(preset, steps=1, seed=seed, scale=scale)

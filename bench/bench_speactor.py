@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from sim.cluster import parse_cluster
-from sim.cost_model import load_cost_model
-from sim.models import get_model
-from sim.replay import ReplaySetup, run_policy
-from traces.generate import generate_trace
-from traces.io import Trace
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import load_cost_model
+from simctl.sim.models import get_model
+from simctl.sim.replay import ReplaySetup, run_policy
+from simctl.traces.generate import generate_trace
+from simctl.traces.io import Trace
 
 SEED = 0
 TRACES = {"dapo-32b-20k": "h100x512", "grpo-32b-20k": "h100x256"}  # SpecActor §5.1

@@ -29,13 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
-from sim.cluster import parse_cluster
-from sim.cost_model import RooflineCostModel
-from sim.models import get_model
-from sim.replay import PolicyRun, ReplaySetup, run_policy
-from traces.generate import generate_trace
-from traces.io import Trace
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import RooflineCostModel
+from simctl.sim.models import get_model
+from simctl.sim.replay import PolicyRun, ReplaySetup, run_policy
+from simctl.traces.generate import generate_trace
+from simctl.traces.io import Trace
 
 SEED = 0
 
@@ -102,8 +101,13 @@ def pct(x: float) -> str:
 def efficientrollout_rows(steps: int) -> list[Row]:
     print(f"efficientrollout-qwen7b-8k, {steps} steps, a100x8:tp1", file=sys.stderr)
     setup = setup_for("efficientrollout-qwen7b-8k", "a100x8:tp1", steps)
-    names = ["verl", "efficientrollout", "quantized-selfspec", "efficientrollout-fixed-gamma",
-             "quantized-selfspec:gamma=5"]
+    names = [
+        "verl",
+        "efficientrollout",
+        "quantized-selfspec",
+        "efficientrollout-fixed-gamma",
+        "quantized-selfspec:gamma=5",
+    ]
     runs = replay_all(setup, names)
     mk = {n: makespans(r).mean() for n, r in runs.items()}
     st = {n: np.mean([s.step_time_s for s in r.steps]) for n, r in runs.items()}
@@ -111,32 +115,67 @@ def efficientrollout_rows(steps: int) -> list[Row]:
     e = "ER qwen7b-8k"
     rows = [
         Row(e, "veRL mean rollout (s)", f"{mk['verl']:.1f}", "82.4 (Table 2)", None),
-        Row(e, "efficientrollout rollout vs veRL", pct(-red["efficientrollout"]), "-10% .. -20% (-19.6%)",
-            0.10 <= red["efficientrollout"] <= 0.20),
-        Row(e, "efficientrollout step time vs veRL", pct(st["efficientrollout"] / st["verl"] - 1),
-            "-12.7% (Table 2)", None),
-        Row(e, "quantized-selfspec (g=7) rollout vs veRL", pct(-red["quantized-selfspec"]), "-8.2% (Table 2)",
-            None),
-        Row(e, "toggle gain: quantized-selfspec - ER (pts)",
+        Row(
+            e,
+            "efficientrollout rollout vs veRL",
+            pct(-red["efficientrollout"]),
+            "-10% .. -20% (-19.6%)",
+            0.10 <= red["efficientrollout"] <= 0.20,
+        ),
+        Row(
+            e,
+            "efficientrollout step time vs veRL",
+            pct(st["efficientrollout"] / st["verl"] - 1),
+            "-12.7% (Table 2)",
+            None,
+        ),
+        Row(
+            e,
+            "quantized-selfspec (g=7) rollout vs veRL",
+            pct(-red["quantized-selfspec"]),
+            "-8.2% (Table 2)",
+            None,
+        ),
+        Row(
+            e,
+            "toggle gain: quantized-selfspec - ER (pts)",
             f"{100 * (red['efficientrollout'] - red['quantized-selfspec']):.1f}",
             ">= 5 pts (paper 11.4; Fig. 5: 7.6)",
-            red["efficientrollout"] - red["quantized-selfspec"] >= 0.05),
-        Row(e, "toggle gain at g=5: always-on vs toggled (pts)",
+            red["efficientrollout"] - red["quantized-selfspec"] >= 0.05,
+        ),
+        Row(
+            e,
+            "toggle gain at g=5: always-on vs toggled (pts)",
             f"{100 * (red['efficientrollout-fixed-gamma'] - red['quantized-selfspec:gamma=5']):.1f}",
-            "> 0 (Fig. 5)", red["efficientrollout-fixed-gamma"] > red["quantized-selfspec:gamma=5"]),
-        Row(e, "efficientrollout-fixed-gamma (g=5) vs veRL", pct(-red["efficientrollout-fixed-gamma"]),
-            "-13.5% (Fig. 4a)", None),
+            "> 0 (Fig. 5)",
+            red["efficientrollout-fixed-gamma"] > red["quantized-selfspec:gamma=5"],
+        ),
+        Row(
+            e,
+            "efficientrollout-fixed-gamma (g=5) vs veRL",
+            pct(-red["efficientrollout-fixed-gamma"]),
+            "-13.5% (Fig. 4a)",
+            None,
+        ),
     ]
     gam = step_gammas(runs["efficientrollout"])
-    rows.append(Row(e, "efficientrollout gamma per step", runs_of(gam), "rising 5 -> 11 (Fig. 4b)",
-                    gam[-1] > gam[0]))
+    rows.append(
+        Row(e, "efficientrollout gamma per step", runs_of(gam), "rising 5 -> 11 (Fig. 4b)", gam[-1] > gam[0])
+    )
     tl = pd.concat(runs["efficientrollout"].timeline)
     off = tl["gamma_mean"] == 0
     it_off = tl.loc[off, "iterations"].sum() / tl["iterations"].sum()
     dt = tl["t1_s"] - tl["t0_s"]
     t_off = dt[off].sum() / dt.sum()
-    rows.append(Row(e, "decode iterations / time with SD off", f"{100 * it_off:.0f}% / {100 * t_off:.0f}%",
-                    "~11% of steps (Sec. 4.3)", None))
+    rows.append(
+        Row(
+            e,
+            "decode iterations / time with SD off",
+            f"{100 * it_off:.0f}% / {100 * t_off:.0f}%",
+            "~11% of steps (Sec. 4.3)",
+            None,
+        )
+    )
     first_on = tl[~off].sort_values("t0_s").groupby(["step", "worker"])["batch"].first()
     rows.append(Row(e, "batch when the toggle fired (median)", f"{first_on.median():.0f} of 128", "-", None))
     acc = [s.mean_accept_len for s in runs["efficientrollout"].steps if s.mean_accept_len]
@@ -169,16 +208,35 @@ def tlt_case_study_rows() -> list[Row]:
     t_on, remaining = first_spec_remaining(runs["tlt:pretrained=true"])
     return [
         Row(e, "veRL (no SD) makespan (s)", f"{mk['verl']:.0f}", "-", None),
-        Row(e, "tlt (trained drafter) speedup vs no SD", f"{mk['verl'] / mk['tlt:pretrained=true']:.2f}x",
-            "~2.4x (2.44x, Fig. 14)", 2.1 <= mk["verl"] / mk["tlt:pretrained=true"] <= 2.8),
-        Row(e, "requests left when SD switched on", f"{remaining} (t={t_on:.0f} s)" if t_on else "never",
-            "< 32", remaining is not None and remaining < 32),
-        Row(e, "tlt-base (n-gram) speedup vs no SD", f"{mk['verl'] / mk['tlt-base']:.2f}x", "> 1",
-            mk["tlt-base"] < mk["verl"]),
+        Row(
+            e,
+            "tlt (trained drafter) speedup vs no SD",
+            f"{mk['verl'] / mk['tlt:pretrained=true']:.2f}x",
+            "~2.4x (2.44x, Fig. 14)",
+            2.1 <= mk["verl"] / mk["tlt:pretrained=true"] <= 2.8,
+        ),
+        Row(
+            e,
+            "requests left when SD switched on",
+            f"{remaining} (t={t_on:.0f} s)" if t_on else "never",
+            "< 32",
+            remaining is not None and remaining < 32,
+        ),
+        Row(
+            e,
+            "tlt-base (n-gram) speedup vs no SD",
+            f"{mk['verl'] / mk['tlt-base']:.2f}x",
+            "> 1",
+            mk["tlt-base"] < mk["verl"],
+        ),
         Row(e, "tlt (no drafter yet: n-gram) speedup", f"{mk['verl'] / mk['tlt']:.2f}x", "= tlt-base", None),
-        Row(e, "always-on EAGLE g=10 speedup (reference)",
-            f"{mk['verl'] / mk['spec-coupled:method=eagle,gamma=10']:.2f}x", "< tlt (Fig. 14)",
-            mk["spec-coupled:method=eagle,gamma=10"] > mk["tlt:pretrained=true"]),
+        Row(
+            e,
+            "always-on EAGLE g=10 speedup (reference)",
+            f"{mk['verl'] / mk['spec-coupled:method=eagle,gamma=10']:.2f}x",
+            "< tlt (Fig. 14)",
+            mk["spec-coupled:method=eagle,gamma=10"] > mk["tlt:pretrained=true"],
+        ),
     ]
 
 
@@ -195,12 +253,24 @@ def tlt_full_rows() -> list[Row]:
     rows = [Row(e, "veRL makespan step 0 / 1 (s)", f"{mk['verl'][0]:.0f} / {mk['verl'][1]:.0f}", "-", None)]
     for s in (0, 1):
         beats = bool(mk["tlt"][s] < mk["verl"][s] and mk["tlt"][s] < mk["tlt-base"][s])
-        rows.append(Row(e, f"step {s}: tlt vs veRL / vs tlt-base",
-                        f"{mk['verl'][s] / mk['tlt'][s]:.2f}x / {mk['tlt-base'][s] / mk['tlt'][s]:.2f}x",
-                        "> 1 / > 1" if s == 1 else "step 0: n-gram, = tlt-base",
-                        beats if s == 1 else None))
-    rows.append(Row(e, "workers promoted to spot trainer per step",
-                    " / ".join(str(int((spot["step"] == s).sum())) for s in (0, 1)), "> 0", len(spot) > 0))
+        rows.append(
+            Row(
+                e,
+                f"step {s}: tlt vs veRL / vs tlt-base",
+                f"{mk['verl'][s] / mk['tlt'][s]:.2f}x / {mk['tlt-base'][s] / mk['tlt'][s]:.2f}x",
+                "> 1 / > 1" if s == 1 else "step 0: n-gram, = tlt-base",
+                beats if s == 1 else None,
+            )
+        )
+    rows.append(
+        Row(
+            e,
+            "workers promoted to spot trainer per step",
+            " / ".join(str(int((spot["step"] == s).sum())) for s in (0, 1)),
+            "> 0",
+            len(spot) > 0,
+        )
+    )
     return rows
 
 
@@ -217,8 +287,12 @@ def print_table(rows: list[Row]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--er-steps", type=int, default=20, help="EfficientRollout steps (paper: 100)")
-    ap.add_argument("--full-tlt", action=argparse.BooleanOptionalAction, default=True,
-                    help="also replay the full 2,048-request TLT step (slowest part)")
+    ap.add_argument(
+        "--full-tlt",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also replay the full 2,048-request TLT step (slowest part)",
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows = efficientrollout_rows(args.er_steps) + tlt_case_study_rows()

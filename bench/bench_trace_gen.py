@@ -21,15 +21,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from traces.generate import generate_trace  # noqa: E402
-from traces.io import write_trace  # noqa: E402
+from simctl.traces.generate import generate_trace  # noqa: E402
+from simctl.traces.io import write_trace  # noqa: E402
 
 TARGETS = {"gen_write_s": 60.0, "load_s": 10.0, "peak_rss_gb": 2.0}
 
 _LOAD_SNIPPET = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from traces.io import read_trace
+from simctl.traces.io import read_trace
 t = time.perf_counter()
 trace = read_trace({path!r})
 elapsed = time.perf_counter() - t

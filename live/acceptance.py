@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from live.drafters import model_free_drafter
-from policies.efficientrollout import acceptance_from_tau
+from simctl.live.drafters import model_free_drafter
+from simctl.policies.efficientrollout import acceptance_from_tau
 
 
 def fit_alpha(tokens: int, iterations: int, gamma: float) -> float:

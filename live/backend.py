@@ -11,9 +11,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from live.drafters import DrafterSet
-from live.torch_engine import TorchEngine
-from policies.contract import SpecConfig
+from simctl.live.drafters import DrafterSet
+from simctl.live.torch_engine import TorchEngine
+from simctl.policies.contract import SpecConfig
 
 
 @dataclass(frozen=True)

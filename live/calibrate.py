@@ -109,7 +109,7 @@ class Calibrator:
         self.dtype = next(model.parameters()).dtype
 
     def _engine(self, b: int):
-        from live.torch_engine import TorchEngine
+        from simctl.live.torch_engine import TorchEngine
 
         return TorchEngine(self.model, device=self.device, dtype=self.dtype, max_batch=max(b, 1))
 
@@ -123,7 +123,7 @@ class Calibrator:
 
     def _with_context(self, b: int, ctx: int, drafter: Any = None, gamma: int = 0):
         """An engine whose b requests each already hold `ctx` cached tokens."""
-        from live.torch_engine import KVBuffer
+        from simctl.live.torch_engine import KVBuffer
 
         eng = self._engine(b)
         for i in range(b):
@@ -210,8 +210,8 @@ class Calibrator:
     def drafter(self, name: str, sweep: Sweep, small: Any = None) -> list[dict]:
         """Time the drafter's batched proposal call alone (what the engine's draft phase
         runs), after one call that lets model drafters build their prefix caches."""
-        from live.drafters import model_free_drafter
-        from live.torch_engine import ModelDrafter, propose_many, quantize_w4_rtn
+        from simctl.live.drafters import model_free_drafter
+        from simctl.live.torch_engine import ModelDrafter, propose_many, quantize_w4_rtn
 
         gamma = max(sweep.gammas)
         if name in ("ngram", "suffix"):
@@ -254,7 +254,7 @@ class Calibrator:
 
 
 def kv_capacity(loaded: Any, device: str, budget_gib: float | None) -> tuple[int, str]:
-    from live.models import DEFAULT_KV_BUDGET_GIB, kv_capacity_tokens
+    from simctl.live.models import DEFAULT_KV_BUDGET_GIB, kv_capacity_tokens
 
     if device == "cuda" and budget_gib is None:
         import torch
@@ -365,7 +365,7 @@ def calibrate_cmd(
     backend, model, device, output, batches, contexts, gammas, drafters, repeats, kv_budget_gib, threads, seed
 ) -> None:
     """Measure decode/verify/prefill/drafter costs of BACKEND on MODEL; write a cost profile."""
-    from live.models import ModelError, load_model
+    from simctl.live.models import ModelError, load_model
 
     if backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise click.ClickException(
@@ -390,8 +390,8 @@ def calibrate_cmd(
     except ModelError as exc:
         raise click.ClickException(str(exc)) from None
     if backend == "vllm":
-        from live.calibrate_vllm import default_vllm_sweep, vllm_profile
-        from live.models import DEFAULT_KV_BUDGET_GIB
+        from simctl.live.calibrate_vllm import default_vllm_sweep, vllm_profile
+        from simctl.live.models import DEFAULT_KV_BUDGET_GIB
 
         vsweep = default_vllm_sweep(
             _ints(batches, DEFAULT_BATCHES) if batches else None,
@@ -424,8 +424,8 @@ def calibrate_cmd(
 
 
 def _write_profile(doc: dict[str, Any], output: Path) -> None:
-    from sim.cost_model import ProfiledCostModel
-    from traces.io import atomic_write
+    from simctl.sim.cost_model import ProfiledCostModel
+    from simctl.traces.io import atomic_write
 
     ProfiledCostModel.from_dict(doc, source=str(output))  # never write a profile replay cannot load
     text = json.dumps(doc, indent=1)

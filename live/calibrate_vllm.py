@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from live.calibrate import Sweep, _row
+from simctl.live.calibrate import Sweep, _row
 
 PERIOD = 7  # tokens in the repeated pattern of a prompt the n-gram lookup always matches
 IN_STEP_DRAFTERS = ("ngram", "suffix")  # vLLM proposes inside its step: draft time is in verify
@@ -43,10 +43,10 @@ class VllmCalibrator:
         kv_gib: float = 2.0,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        from live.vllm_backend import _env
+        from simctl.live.vllm_backend import _env
 
         _env(threads, kv_gib)
-        from live.vllm_cpu.plugin import register
+        from simctl.live.vllm_cpu.plugin import register
 
         register()
         self.model_dir, self.vocab, self.seed = model_dir, vocab, seed
@@ -58,8 +58,12 @@ class VllmCalibrator:
         from vllm import EngineArgs, LLMEngine
 
         args = EngineArgs(
-            model=self.model_dir, dtype="float32", enforce_eager=True, seed=self.seed,
-            max_num_seqs=max_num_seqs, **extra,
+            model=self.model_dir,
+            dtype="float32",
+            enforce_eager=True,
+            seed=self.seed,
+            max_num_seqs=max_num_seqs,
+            **extra,
         )
         return LLMEngine.from_engine_args(args)
 
@@ -127,8 +131,8 @@ class VllmCalibrator:
         return (pattern * (n // period + 1))[:n]
 
     def _spec_engine(self, gamma: int, max_num_seqs: int) -> Any:
-        from live.vllm_backend import speculative_config
-        from policies.contract import SpecConfig
+        from simctl.live.vllm_backend import speculative_config
+        from simctl.policies.contract import SpecConfig
 
         spec = speculative_config(SpecConfig(method="ngram", gamma=gamma))
         return self._new_engine(max_num_seqs, speculative_config=spec, disable_log_stats=False)
@@ -233,7 +237,7 @@ def vllm_profile(
     log: Callable[[str], None] | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
-    from live.models import kv_capacity_tokens
+    from simctl.live.models import kv_capacity_tokens
 
     if loaded.path is None:
         raise ValueError("backend 'vllm' needs a model directory (smollm2 or a HF dir), not random:")

@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
-
-from policies.registry import UnknownPolicyError, make_policy
+from simctl.policies.registry import UnknownPolicyError, make_policy
 
 
 def _progress():
@@ -35,7 +34,7 @@ def _progress():
 def _parse_trace_steps(text: str | None, available: list[int]) -> list[int] | None:
     if not text:
         return None
-    from sim.replay_cli import parse_steps
+    from simctl.traces.steps import parse_steps
 
     return parse_steps(text, available)
 
@@ -163,12 +162,12 @@ def live_cmd(
     out,
 ) -> None:
     """Run --policy on real engines (one per worker), record a trace and the run's metrics."""
-    from live.executor import ExecutorConfig
-    from live.models import DEFAULT_KV_BUDGET_GIB, ModelError, kv_capacity_tokens, load_model
-    from live.recorder import run_document, write_json, write_recording, write_run_dir
-    from live.session import TorchBackend, run_policies
-    from live.workload import WorkloadError, from_prompts, from_trace, read_prompts
-    from policies.contract import ModelInfo
+    from simctl.live.executor import ExecutorConfig
+    from simctl.live.models import DEFAULT_KV_BUDGET_GIB, ModelError, kv_capacity_tokens, load_model
+    from simctl.live.recorder import run_document, write_json, write_recording, write_run_dir
+    from simctl.live.session import TorchBackend, run_policies
+    from simctl.live.workload import WorkloadError, from_prompts, from_trace, read_prompts
+    from simctl.policies.contract import ModelInfo
 
     if prompts_path and trace_path:
         raise click.UsageError("give --prompts or --trace, not both")
@@ -195,7 +194,7 @@ def live_cmd(
         raise click.ClickException(str(exc)) from None
     try:
         if trace_path:
-            from traces.io import read_trace
+            from simctl.traces.io import read_trace
 
             wl_steps = (
                 _parse_trace_steps(steps_text, read_trace(trace_path, columns=["step"]).steps)
@@ -218,7 +217,7 @@ def live_cmd(
         raise click.ClickException(str(exc).splitlines()[0]) from None
     cost_model = None
     if profile:
-        from sim.cost_model import ProfiledCostModel
+        from simctl.sim.cost_model import ProfiledCostModel
 
         try:
             cost_model = ProfiledCostModel.from_json(profile)
@@ -234,15 +233,25 @@ def live_cmd(
         temperature=temperature,
     )
     if use_ray:
-        from live.ray_workers import RayBackend, RayUnavailable, _ray
-        from live.session import BackendSpec
+        from simctl.live.ray_workers import RayBackend, RayUnavailable, _ray
+        from simctl.live.session import BackendSpec
 
         try:
             _ray()
         except RayUnavailable as exc:
             raise click.ClickException(str(exc)) from None
-        spec = BackendSpec(backend, model, seed, temperature, workload.stop_on_eos, max_num_seqs, device,
-                           draft_model, threads, budget)
+        spec = BackendSpec(
+            backend,
+            model,
+            seed,
+            temperature,
+            workload.stop_on_eos,
+            max_num_seqs,
+            device,
+            draft_model,
+            threads,
+            budget,
+        )
         engine_backend = RayBackend(
             spec,
             spec.capabilities,
@@ -251,7 +260,7 @@ def live_cmd(
             address=ray_address,
         )
     elif backend == "vllm":
-        from live.vllm_backend import VllmBackend
+        from simctl.live.vllm_backend import VllmBackend
 
         if loaded.path is None:
             raise click.ClickException(
@@ -320,7 +329,7 @@ def live_cmd(
     if recorded is not None:
         import json
 
-        from traces.io import open_parquet, read_meta
+        from simctl.traces.io import open_parquet, read_meta
 
         trace_meta = json.loads(read_meta(open_parquet(recorded), recorded).to_json())
     doc = run_document(

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from live.torch_engine import Drafter, ModelDrafter, NgramDrafter, SuffixDrafter, quantize_w4_rtn
-from policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH
+from simctl.live.torch_engine import Drafter, ModelDrafter, NgramDrafter, SuffixDrafter, quantize_w4_rtn
+from simctl.policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH
 
 # vLLM's usual n-gram settings (prompt_lookup_min 2, max 4): a 1-token match proposes
 # too often at low acceptance, which costs verify width on every iteration.

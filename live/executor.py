@@ -34,13 +34,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from live.backend import EngineWorker
-from live.drafters import KNOWN as KNOWN_METHODS
-from live.state import LiveRequest, LiveWorker, MethodStats
-from live.view import LiveView
-from live.workload import StepWork, Workload
-from policies.compose import requirement_gaps
-from policies.contract import (
+from simctl.live.backend import EngineWorker
+from simctl.live.drafters import KNOWN as KNOWN_METHODS
+from simctl.live.state import LiveRequest, LiveWorker, MethodStats
+from simctl.live.view import LiveView
+from simctl.live.workload import StepWork, Workload
+from simctl.policies.compose import requirement_gaps
+from simctl.policies.contract import (
     SPEC_OFF,
     Action,
     Assign,

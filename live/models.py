@@ -126,7 +126,7 @@ def load_model(name: str, *, device: str = "cpu", seed: int = 0) -> LoadedModel:
     import torch
 
     if name.startswith("random:"):
-        from live.torch_engine import CONFIGS, random_model
+        from simctl.live.torch_engine import CONFIGS, random_model
 
         cfg = RANDOM_ALIASES.get(name[len("random:") :], name[len("random:") :])
         if cfg not in CONFIGS:
@@ -158,7 +158,7 @@ def load_model(name: str, *, device: str = "cpu", seed: int = 0) -> LoadedModel:
 
 def _catalogue_name(path: Path) -> str:
     """The simulator's catalogue name for a HF directory, from its recorded origin."""
-    from sim.models import get_model
+    from simctl.sim.models import get_model
 
     for candidate in (path.name, path.parent.name + "/" + path.name):
         try:

@@ -20,9 +20,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from live.backend import Delta, EngineWorker, StepTiming
-from live.drafters import KNOWN as KNOWN_METHODS
-from policies.contract import Capability, Policy, SpecConfig
+from simctl.live.backend import Delta, EngineWorker, StepTiming
+from simctl.live.drafters import KNOWN as KNOWN_METHODS
+from simctl.policies.contract import Capability, Policy, SpecConfig
 
 
 class RayUnavailable(RuntimeError):
@@ -47,7 +47,12 @@ class EngineHost:
         self.worker: EngineWorker = factory().engines(1, policy)[0]
 
     def add(
-        self, request: int, key: Hashable, prompt: Sequence[int], max_tokens: int, spec: SpecConfig,
+        self,
+        request: int,
+        key: Hashable,
+        prompt: Sequence[int],
+        max_tokens: int,
+        spec: SpecConfig,
         group: Hashable | None,
     ) -> tuple[list[str], int]:
         notes = self.worker.add(request, key, prompt, max_tokens, spec, group)
@@ -91,7 +96,12 @@ class RayWorker:
             raise RuntimeError(f"engine actor lost ({type(exc).__name__})") from None
 
     def add(
-        self, request: int, key: Hashable, prompt: Sequence[int], max_tokens: int, spec: SpecConfig,
+        self,
+        request: int,
+        key: Hashable,
+        prompt: Sequence[int],
+        max_tokens: int,
+        spec: SpecConfig,
         group: Hashable | None,
     ) -> list[str]:
         notes, self._running = self._get(
@@ -137,8 +147,13 @@ class RayBackend:
     def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]:
         ray = _ray()
         if not ray.is_initialized():
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, **self.init_kwargs)
+            ray.init(
+                address=self.address,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                **self.init_kwargs,
+            )
         available = ray.cluster_resources()
         for res, amount in self.resources.items():
             key = {"num_cpus": "CPU", "num_gpus": "GPU"}.get(res, res)

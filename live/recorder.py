@@ -20,16 +20,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-
-from live.acceptance import fit_alpha, replay_model_free
-from live.drafters import MODEL_FREE
-from live.executor import ITERATION_COLUMNS, Overhead, StepRecord
-from live.state import LiveRequest
-from live.workload import Workload
-from sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
-from sim.step_time import PostRollout, step_time
-from traces.io import atomic_write, write_trace
-from traces.schema import FILL_PREFIX, HIT_PREFIX, TraceMeta, accept_column
+from simctl.live.acceptance import fit_alpha, replay_model_free
+from simctl.live.drafters import MODEL_FREE
+from simctl.live.executor import ITERATION_COLUMNS, Overhead, StepRecord
+from simctl.live.state import LiveRequest
+from simctl.live.workload import Workload
+from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
+from simctl.sim.step_time import PostRollout, step_time
+from simctl.traces.io import atomic_write, write_trace
+from simctl.traces.schema import FILL_PREFIX, HIT_PREFIX, TraceMeta, accept_column
 
 LENT_ROLES = {"drafter", "verifier", "spot-trainer", "trainer"}
 TIMELINE_COLUMNS = ["worker", "t0_s", "t1_s", "iterations", "batch", "kv_tokens", "gamma_mean"]

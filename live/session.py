@@ -11,16 +11,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from live.backend import EngineWorker, TorchWorker
-from live.drafters import KNOWN as KNOWN_METHODS
-from live.drafters import DrafterSet
-from live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveError, LiveExecutor
-from live.models import LoadedModel
-from live.recorder import PolicyRun
-from live.view import CostModelMissing
-from live.workload import Workload
-from policies.contract import Capability, ModelInfo, Policy
-from policies.registry import make_policy
+from simctl.live.backend import EngineWorker, TorchWorker
+from simctl.live.drafters import KNOWN as KNOWN_METHODS
+from simctl.live.drafters import DrafterSet
+from simctl.live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveError, LiveExecutor
+from simctl.live.models import LoadedModel
+from simctl.live.recorder import PolicyRun
+from simctl.live.view import CostModelMissing
+from simctl.live.workload import Workload
+from simctl.policies.contract import Capability, ModelInfo, Policy
+from simctl.policies.registry import make_policy
 
 
 @dataclass
@@ -40,7 +40,7 @@ class TorchBackend:
     draft_methods: frozenset[str] = frozenset(KNOWN_METHODS)
 
     def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]:
-        from live.torch_engine import TorchEngine
+        from simctl.live.torch_engine import TorchEngine
 
         out: list[EngineWorker] = []
         for _ in range(n):
@@ -76,7 +76,7 @@ class BackendSpec:
     @property
     def capabilities(self) -> frozenset[Capability]:
         if self.backend == "vllm":
-            from live.vllm_backend import VLLM_CAPABILITIES
+            from simctl.live.vllm_backend import VLLM_CAPABILITIES
 
             return VLLM_CAPABILITIES
         return TORCH_CAPABILITIES
@@ -84,31 +84,41 @@ class BackendSpec:
     @property
     def draft_methods(self) -> frozenset[str]:
         if self.backend == "vllm":
-            from live.vllm_backend import VLLM_DRAFT_METHODS
+            from simctl.live.vllm_backend import VLLM_DRAFT_METHODS
 
             return VLLM_DRAFT_METHODS
         return frozenset(KNOWN_METHODS)
 
     def __call__(self) -> Backend:
         if self.backend == "vllm":
-            from live.models import load_model
-            from live.vllm_backend import VllmBackend
+            from simctl.live.models import load_model
+            from simctl.live.vllm_backend import VllmBackend
 
             path = load_model(self.model, device="cpu", seed=self.seed).path
             if path is None:
                 raise LiveError("backend 'vllm' needs a model directory (smollm2 or a HF dir)")
-            return VllmBackend(path, self.seed, self.temperature, self.stop_on_eos, self.max_num_seqs,
-                               threads=self.threads, kv_gib=self.kv_gib)
+            return VllmBackend(
+                path,
+                self.seed,
+                self.temperature,
+                self.stop_on_eos,
+                self.max_num_seqs,
+                threads=self.threads,
+                kv_gib=self.kv_gib,
+            )
         import torch
-
-        from live.models import load_model
+        from simctl.live.models import load_model
 
         torch.set_num_threads(self.threads)
         loaded = load_model(self.model, device=self.device, seed=self.seed)
-        small = (load_model(self.draft_model, device=self.device, seed=self.seed + 1).model
-                 if self.draft_model else None)
-        return TorchBackend(loaded, self.seed, self.temperature, self.stop_on_eos, self.max_num_seqs,
-                            self.device, small)
+        small = (
+            load_model(self.draft_model, device=self.device, seed=self.seed + 1).model
+            if self.draft_model
+            else None
+        )
+        return TorchBackend(
+            loaded, self.seed, self.temperature, self.stop_on_eos, self.max_num_seqs, self.device, small
+        )
 
 
 class Backend(Protocol):

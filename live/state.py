@@ -9,9 +9,9 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from live.backend import EngineWorker
-from live.workload import RequestSpec
-from policies.contract import SPEC_OFF, Role, SpecConfig
+from simctl.live.backend import EngineWorker
+from simctl.live.workload import RequestSpec
+from simctl.policies.contract import SPEC_OFF, Role, SpecConfig
 
 
 @dataclass

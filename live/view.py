@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from policies.contract import Capability, ModelInfo, PromptHistory, RequestView, WorkerView
+from simctl.policies.contract import Capability, ModelInfo, PromptHistory, RequestView, WorkerView
 
 if TYPE_CHECKING:
-    from live.executor import LiveExecutor
+    from simctl.live.executor import LiveExecutor
 
 
 class CostModelMissing(RuntimeError):
@@ -92,7 +92,7 @@ class LiveView:
         return float(self._cost().iteration_time(num_seqs, new_tokens, context_tokens))
 
     def draft_cost(self, method: str, num_seqs: float, context_tokens: float, gamma: int) -> float:
-        from sim.engine import DRAFTERS
+        from simctl.sim.engine import DRAFTERS
 
         drafter = DRAFTERS.get(method, method)
         return float(self._cost().draft_time(drafter, num_seqs, context_tokens, gamma))

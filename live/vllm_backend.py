@@ -26,9 +26,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from live.backend import Delta, EngineWorker, StepTiming
-from live.torch_engine.sampling import request_key
-from policies.contract import Capability, Policy, SpecConfig
+from simctl.live.backend import Delta, EngineWorker, StepTiming
+from simctl.live.torch_engine.sampling import request_key
+from simctl.policies.contract import Capability, Policy, SpecConfig
 
 VLLM_CAPABILITIES = frozenset(
     {Capability.PLACE, Capability.CHUNK, Capability.PRIORITY, Capability.MIGRATE, Capability.SPEC_PER_WORKER}
@@ -170,7 +170,7 @@ class VllmBackend:
         """Engines for `policy`'s fixed speculation (started once per configuration, ~20 s
         each on CPU with enforce_eager, and reused by later policies that need the same)."""
         _env(self.threads, self.kv_gib)
-        from live.vllm_cpu.plugin import register
+        from simctl.live.vllm_cpu.plugin import register
 
         register()
         from vllm import EngineArgs, LLMEngine

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from traces.io import TraceError
-from traces.schema import StepTiming
-from traces.validate import load_valid_trace
+from simctl.traces.io import TraceError
+from simctl.traces.schema import StepTiming
+from simctl.traces.validate import load_valid_trace
 
 BUNDLED_PROMPTS = "math_prompts.jsonl"
 
@@ -69,7 +68,7 @@ def read_prompts(path: Path | None) -> list[Prompt]:
     """JSONL with a `prompt` (or `question`) field and an optional `answer`; or plain text,
     one prompt per line. None = the bundled math word problems."""
     if path is None:
-        text = resources.files("live.prompts").joinpath(BUNDLED_PROMPTS).read_text()
+        text = resources.files("simctl.live.prompts").joinpath(BUNDLED_PROMPTS).read_text()
         where = BUNDLED_PROMPTS
     else:
         try:

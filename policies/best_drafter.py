@@ -73,7 +73,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from policies.contract import (
+from simctl.policies.contract import (
     SPEC_OFF,
     SPEC_PLAIN,
     Action,
@@ -95,13 +95,18 @@ from policies.contract import (
     Tick,
     WorkerId,
 )
-from policies.fastest_of_n import Rung
-from policies.rhymerl_spec import PREFIX_MAX, PREFIX_MIN
-from policies.rhymerl_spec import PRIOR_ACCEPT as HISTORY_PRIOR
-from policies.seer_acceptance import TABLE2_DRAFT, expected_accept_len, per_token_acceptance, table2_tau
-from policies.seer_spec import DEPTHS, FETCH_ITERATIONS, PATHS
-from policies.speactor import DEFAULT_PRIOR
-from policies.suffix_tree import DraftRule
+from simctl.policies.fastest_of_n import Rung
+from simctl.policies.rhymerl_spec import PREFIX_MAX, PREFIX_MIN
+from simctl.policies.rhymerl_spec import PRIOR_ACCEPT as HISTORY_PRIOR
+from simctl.policies.seer_acceptance import (
+    TABLE2_DRAFT,
+    expected_accept_len,
+    per_token_acceptance,
+    table2_tau,
+)
+from simctl.policies.seer_spec import DEPTHS, FETCH_ITERATIONS, PATHS
+from simctl.policies.speactor import DEFAULT_PRIOR
+from simctl.policies.suffix_tree import DraftRule
 
 # The drafters the issue names: grouped suffix tree, history, a draft model (the 0.5B model,
 # SpecActor's sweet spot, and EAGLE, the cheapest per draft token in the cost model).
@@ -308,8 +313,14 @@ class BestDrafter(Policy):
         # Older evidence fades as the request moves on (acceptance drifts: a grouped tree
         # grows with the siblings), for the methods it no longer runs as well, which thus
         # return to their pooled value.
-        self._credit(rid, method, iterations, p, math.exp(-iterations / self.request_horizon),
-                     math.exp(-iterations / self.pool_horizon))
+        self._credit(
+            rid,
+            method,
+            iterations,
+            p,
+            math.exp(-iterations / self.request_horizon),
+            math.exp(-iterations / self.pool_horizon),
+        )
 
     def _credit(
         self, rid: RequestId, method: str, iterations: float, p: float, keep: float, keep_pool: float
@@ -424,7 +435,7 @@ class BestDrafter(Policy):
         verify = self._verify_time.setdefault(key, {})  # tokens verified per request -> seconds
         out = []
         if method in self.methods:
-            for k in (PATHS if self.multi_path and method == MULTI_PATH else (1,)):
+            for k in PATHS if self.multi_path and method == MULTI_PATH else (1,):
                 for d in DEPTHS:
                     if k * d not in verify:
                         verify[k * d] = view.cost(b, b * (k * d + 1), ctx)
@@ -545,8 +556,11 @@ class BestDrafter(Policy):
         self._available = view.draft_methods
         refs = max(0, view.info.group_size - 1)
         chain = table2_tau(refs, 1)
-        self._ratio = {k: per_token_acceptance(table2_tau(refs, k), TABLE2_DRAFT)
-                       / per_token_acceptance(chain, TABLE2_DRAFT) for k in PATHS}
+        self._ratio = {
+            k: per_token_acceptance(table2_tau(refs, k), TABLE2_DRAFT)
+            / per_token_acceptance(chain, TABLE2_DRAFT)
+            for k in PATHS
+        }
         if "suffix" not in self._prior_given:  # Seer Table 2 at the group's references
             self.prior["suffix"] = per_token_acceptance(chain, TABLE2_DRAFT)
         with_history = 0
@@ -619,8 +633,10 @@ class BestDrafter(Policy):
         column = {m: j for j, m in enumerate(methods)}
         tables = [self._best.setdefault((key, m), {}) for m in methods]
         # (as `_blend` at no evidence: n0 * pm / n0 need not be pm exactly)
-        shared = [self._option(view, key, m, (0.0 + n0 * pooled[m]) / (0.0 + n0), tables[j])
-                  for j, m in enumerate(methods)]
+        shared = [
+            self._option(view, key, m, (0.0 + n0 * pooled[m]) / (0.0 + n0), tables[j])
+            for j, m in enumerate(methods)
+        ]
         history = column.get("history")
         without_history = list(shared)
         if history is not None:
@@ -652,7 +668,11 @@ class BestDrafter(Policy):
         return out
 
     def _option(
-        self, view: ClusterView, key: tuple[int, float], method: str, p: float,
+        self,
+        view: ClusterView,
+        key: tuple[int, float],
+        method: str,
+        p: float,
         table: dict[int, tuple[Arm | None, float]],
     ) -> _Option | None:
         """The method's best option at acceptance p (None: the method has no arm)."""
@@ -716,8 +736,9 @@ class BestDrafter(Policy):
         # each arm's override: none where it runs as the worker's setting; a request better
         # off plain on a speculating worker is told so (the rate estimate counted it plain)
         plain = SPEC_PLAIN if default.enabled else None
-        want_of = {i: (a.spec if a.spec != default else None) if a is not None else plain
-                   for i, a in arms.items()}
+        want_of = {
+            i: (a.spec if a.spec != default else None) if a is not None else plain for i, a in arms.items()
+        }
         for rid, arm in zip(rids, choice, strict=True):
             want = want_of[id(arm)]
             have = self.override.get(rid)

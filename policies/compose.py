@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policies.contract import Action, Capability, ClusterView, Event, Policy
+from simctl.policies.contract import Action, Capability, ClusterView, Event, Policy
 
 
 class Composed(Policy):

@@ -37,8 +37,8 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from policies.best_drafter import DEFAULT_METHODS, PER_REQUEST_BATCH, BestDrafter
-from policies.contract import (
+from simctl.policies.best_drafter import DEFAULT_METHODS, PER_REQUEST_BATCH, BestDrafter
+from simctl.policies.contract import (
     Action,
     Assign,
     ClusterView,
@@ -49,9 +49,9 @@ from policies.contract import (
     RequestId,
     WorkerId,
 )
-from policies.fastest_of_n import FastestOfN
-from policies.registry import register
-from policies.seer_scheduler import (
+from simctl.policies.fastest_of_n import FastestOfN
+from simctl.policies.registry import register
+from simctl.policies.seer_scheduler import (
     CHUNK_TOKENS,
     KV_MARGIN,
     MAX_SEQS,
@@ -59,8 +59,8 @@ from policies.seer_scheduler import (
     Ordering,
     SeerScheduler,
 )
-from policies.seer_spec import FETCH_ITERATIONS
-from policies.suffix_tree import Drafting
+from simctl.policies.seer_spec import FETCH_ITERATIONS
+from simctl.policies.suffix_tree import Drafting
 
 FON_MAX_BATCH = 4
 FON_RESERVE = 1.0
@@ -177,9 +177,14 @@ class ReplicaAwareScheduler(SeerScheduler):
             share = reserved / caps[w]
             rep = w in replicas
             # (rep, share, running) < the best's, as tuples compare
-            if best is None or rep < best_rep or (rep == best_rep and (
-                share < best_share or (share == best_share and running < best_running)
-            )):
+            if (
+                best is None
+                or rep < best_rep
+                or (
+                    rep == best_rep
+                    and (share < best_share or (share == best_share and running < best_running))
+                )
+            ):
                 best, best_rep, best_share, best_running = w, rep, share, running
         return best
 
@@ -203,12 +208,19 @@ def build(
 ) -> Composite:
     """The composite policy from its parts' parameters."""
     scheduler = ReplicaAwareScheduler(
-        cast(Ordering, ordering), int(chunk_tokens), int(max_seqs), float(kv_margin), int(seed),
+        cast(Ordering, ordering),
+        int(chunk_tokens),
+        int(max_seqs),
+        float(kv_margin),
+        int(seed),
         int(min_chunk_tokens),
     )
     drafter = BestDrafter(
-        methods, fixed=fixed or None, per_request_batch=int(per_request_batch),
-        multi_path=bool(multi_path), tick_iterations=int(tick_iterations),
+        methods,
+        fixed=fixed or None,
+        per_request_batch=int(per_request_batch),
+        multi_path=bool(multi_path),
+        tick_iterations=int(tick_iterations),
     )
     parts: list[Policy] = [scheduler, drafter]
     if fon:

@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.compose import Composed
-from policies.contract import (
+from simctl.policies.compose import Composed
+from simctl.policies.contract import (
     SPEC_OFF,
     Action,
     Capability,
@@ -52,7 +52,7 @@ from policies.contract import (
     Tick,
     WorkerId,
 )
-from policies.placement import StaticGroupPlacement
+from simctl.policies.placement import StaticGroupPlacement
 
 # §4.1 / App. F.3: Gamma = {5, 7, 9, 11} (gamma = 3 omitted as dominated), alpha_up 0.94,
 # alpha_down 0.85, P = 2, epsilon 0.05.

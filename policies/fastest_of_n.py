@@ -38,7 +38,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from policies.contract import (
+from simctl.policies.contract import (
     Action,
     Capability,
     ClusterView,
@@ -52,7 +52,7 @@ from policies.contract import (
     WorkerId,
     WorkerIdle,
 )
-from policies.speactor_model import fastest_of_n
+from simctl.policies.speactor_model import fastest_of_n
 
 MAX_BATCH = 32  # SpecActor's bound on a Fastest-of-N worker's verification batch
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from policies.contract import Action, Assign, ClusterView, Event, Policy, StepStarted
+from simctl.policies.contract import Action, Assign, ClusterView, Event, Policy, StepStarted
 
 
 def contiguous_chunks(n_items: int, n_bins: int) -> list[int]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from policies.compose import Composed
-from policies.contract import Policy
-from policies.placement import StaticGroupPlacement
-from policies.rlhfuse import IdleWorkersTrain
-from policies.speculation import FixedSpeculation
+from simctl.policies.compose import Composed
+from simctl.policies.contract import Policy
+from simctl.policies.placement import StaticGroupPlacement
+from simctl.policies.rlhfuse import IdleWorkersTrain
+from simctl.policies.speculation import FixedSpeculation
 
 
 class UnknownPolicyError(ValueError):
@@ -78,13 +78,13 @@ def make_policy(spec: str) -> Policy:
 
 # Paper policies register themselves; imported last because they build on this module's
 # siblings (compose, placement), never on the registry itself.
-from policies import efficientrollout as _efficientrollout  # noqa: E402
-from policies import speactor as _speactor  # noqa: E402
-from policies import tlt as _tlt  # noqa: E402
+from simctl.policies import efficientrollout as _efficientrollout  # noqa: E402
+from simctl.policies import speactor as _speactor  # noqa: E402
+from simctl.policies import tlt as _tlt  # noqa: E402
 
 _efficientrollout.register_policies(register)
 _tlt.register_policies(register)
 _speactor.register_policies(register)
-from policies import composite as _composite  # noqa: E402, F401
-from policies import rhymerl as _rhymerl  # noqa: E402, F401
-from policies import seer as _seer  # noqa: E402, F401
+from simctl.policies import composite as _composite  # noqa: E402, F401
+from simctl.policies import rhymerl as _rhymerl  # noqa: E402, F401
+from simctl.policies import seer as _seer  # noqa: E402, F401

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from policies.contract import Policy
-from policies.placement import StaticGroupPlacement
-from policies.registry import register
-from policies.rhymerl_pipe import ALPHA, BETA_MIN, MAX_SHARE, RANKING_GROUPS, HistoPipe
-from policies.rhymerl_spec import AIMD, PRIOR_ACCEPT, VERIFY_GAMMA, HistoSpec
-from policies.suffix_tree import Drafting
+from simctl.policies.contract import Policy
+from simctl.policies.placement import StaticGroupPlacement
+from simctl.policies.registry import register
+from simctl.policies.rhymerl_pipe import ALPHA, BETA_MIN, MAX_SHARE, RANKING_GROUPS, HistoPipe
+from simctl.policies.rhymerl_spec import AIMD, PRIOR_ACCEPT, VERIFY_GAMMA, HistoSpec
+from simctl.policies.suffix_tree import Drafting
 
 
 def _variant(name: str, pipe: bool, two_tier: bool, spec: bool) -> Callable[..., Policy]:
@@ -42,8 +42,16 @@ def _variant(name: str, pipe: bool, two_tier: bool, spec: bool) -> Callable[...,
         prior_accept: float = PRIOR_ACCEPT,
     ) -> Policy:
         parts: list[Policy] = [
-            HistoPipe(int(ranking_groups), two_tier, bool(migrate), float(alpha), float(beta_min),
-                      bool(inter_step), float(t_train_s), max_share=float(max_share))
+            HistoPipe(
+                int(ranking_groups),
+                two_tier,
+                bool(migrate),
+                float(alpha),
+                float(beta_min),
+                bool(inter_step),
+                float(t_train_s),
+                max_share=float(max_share),
+            )
             if pipe
             else StaticGroupPlacement()
         ]

@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from policies.contract import (
+from simctl.policies.contract import (
     Action,
     Assign,
     Capability,
@@ -46,7 +46,7 @@ from policies.contract import (
     Tick,
     WorkerId,
 )
-from policies.placement import contiguous_chunks
+from simctl.policies.placement import contiguous_chunks
 
 RANKING_GROUPS = 16  # §7.2.3: 16 ranking groups for math models
 ALPHA = 0.10  # §6.3
@@ -102,7 +102,12 @@ def growth_beta(histories: Sequence[Sequence[Sequence[int]]], floor: float = BET
 
 
 def plan_allocation(
-    tau, n_groups: int, workers: int, t0_floor: float = 0.0, min_wks: int = 1, max_wks: int | None = None,
+    tau,
+    n_groups: int,
+    workers: int,
+    t0_floor: float = 0.0,
+    min_wks: int = 1,
+    max_wks: int | None = None,
     precision: float = 1e-3,
 ) -> list[int]:
     """Fig. 12: workers per ranking group, groups given longest first, so that predicted
@@ -233,9 +238,16 @@ class HistoPipe(Policy):
         self.migrations = {"intra": 0, "inter": 0}
 
     def params(self) -> dict[str, object]:
-        return {"ranking_groups": self.n_groups, "two_tier": self.two_tier, "migrate": self.migrate,
-                "alpha": self.alpha, "beta_min": self.beta_min, "inter_step": self.inter_step,
-                "t_train_s": self.t_train_s, "max_share": self.max_share}
+        return {
+            "ranking_groups": self.n_groups,
+            "two_tier": self.two_tier,
+            "migrate": self.migrate,
+            "alpha": self.alpha,
+            "beta_min": self.beta_min,
+            "inter_step": self.inter_step,
+            "t_train_s": self.t_train_s,
+            "max_share": self.max_share,
+        }
 
     # ------------------------------------------------------------------------- events
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
@@ -305,9 +317,7 @@ class HistoPipe(Policy):
         if not self.two_tier:
             return [workers // n + (i < workers % n) for i in range(n)]
         lengths = [[x for p in grp for x in hist[p][-1]] for grp in cut]
-        prompt_len = [
-            statistics.fmean(view.request(by_prompt[p][0]).prompt_len for p in grp) for grp in cut
-        ]
+        prompt_len = [statistics.fmean(view.request(by_prompt[p][0]).prompt_len for p in grp) for grp in cut]
         memo: dict[tuple[int, int], float] = {}
 
         def tau(i: int, k: int) -> float:  # i counts from the longest group
@@ -317,8 +327,9 @@ class HistoPipe(Policy):
             return memo[(g, k)]
 
         fair = -(-workers // n)
-        plan = plan_allocation(tau, n, workers, t0_floor=self.t_train_s,
-                               max_wks=max(1, round(self.max_share * fair)))
+        plan = plan_allocation(
+            tau, n, workers, t0_floor=self.t_train_s, max_wks=max(1, round(self.max_share * fair))
+        )
         return plan[::-1]
 
     # ---------------------------------------------------------------------- migration

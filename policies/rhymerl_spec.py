@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policies.contract import (
+from simctl.policies.contract import (
     SPEC_OFF,
     Action,
     Capability,
@@ -39,8 +39,8 @@ from policies.contract import (
     Tick,
     WorkerId,
 )
-from policies.seer_acceptance import expected_accept_len
-from policies.suffix_tree import Aimd, DraftRule
+from simctl.policies.seer_acceptance import expected_accept_len
+from simctl.policies.suffix_tree import Aimd, DraftRule
 
 METHOD = "history"
 AIMD = Aimd(start=2, step=2, maximum=32)  # §5.4
@@ -79,8 +79,9 @@ class HistoSpec(Policy):
         self.tick_iterations = int(tick_iterations)
         self.name = "histospec"
         self.draft_rules = {
-            METHOD: DraftRule(source="history", min_match=PREFIX_MIN, max_match=PREFIX_MAX,
-                              weight="reward", aimd=self.aimd)
+            METHOD: DraftRule(
+                source="history", min_match=PREFIX_MIN, max_match=PREFIX_MAX, weight="reward", aimd=self.aimd
+            )
         }
         self.spec = SpecConfig(method=METHOD, gamma=self.verify_gamma)
         self._enabled = False
@@ -90,8 +91,12 @@ class HistoSpec(Policy):
 
     def params(self) -> dict[str, object]:
         aimd = [self.aimd.start, self.aimd.step, self.aimd.maximum]
-        return {"verify_gamma": self.verify_gamma, "aimd": aimd, "prior_accept": self.prior_accept,
-                "tick_iterations": self.tick_iterations}
+        return {
+            "verify_gamma": self.verify_gamma,
+            "aimd": aimd,
+            "prior_accept": self.prior_accept,
+            "tick_iterations": self.tick_iterations,
+        }
 
     @property
     def tau(self) -> float:

@@ -6,7 +6,7 @@ counts trainer-role GPU-seconds during rollout as non-rollout work already done.
 
 from __future__ import annotations
 
-from policies.contract import Action, Capability, ClusterView, Event, Policy, Role, SetRole, WorkerIdle
+from simctl.policies.contract import Action, Capability, ClusterView, Event, Policy, Role, SetRole, WorkerIdle
 
 
 class IdleWorkersTrain(Policy):

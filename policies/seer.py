@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from policies.contract import Policy
-from policies.registry import register
-from policies.seer_scheduler import (
+from simctl.policies.contract import Policy
+from simctl.policies.registry import register
+from simctl.policies.seer_scheduler import (
     CHUNK_TOKENS,
     KV_MARGIN,
     MAX_SEQS,
@@ -28,8 +28,8 @@ from policies.seer_scheduler import (
     Ordering,
     SeerScheduler,
 )
-from policies.seer_spec import FETCH_ITERATIONS, GroupedSpeculation
-from policies.suffix_tree import Drafting
+from simctl.policies.seer_spec import FETCH_ITERATIONS, GroupedSpeculation
+from simctl.policies.suffix_tree import Drafting
 
 
 def _variant(name: str, ordering: Ordering, sd: dict[str, bool] | None) -> Callable[..., Policy]:
@@ -42,8 +42,9 @@ def _variant(name: str, ordering: Ordering, sd: dict[str, bool] | None) -> Calla
         tick_iterations: int = FETCH_ITERATIONS,
     ) -> Policy:
         parts: list[Policy] = [
-            SeerScheduler(ordering, int(chunk_tokens), int(max_seqs), float(kv_margin), int(seed),
-                          int(min_chunk_tokens))
+            SeerScheduler(
+                ordering, int(chunk_tokens), int(max_seqs), float(kv_margin), int(seed), int(min_chunk_tokens)
+            )
         ]
         if sd is not None:
             parts.append(GroupedSpeculation(tick_iterations=int(tick_iterations), **sd))

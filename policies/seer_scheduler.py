@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from policies.contract import (
+from simctl.policies.contract import (
     Action,
     Assign,
     Capability,
@@ -112,9 +112,14 @@ class SeerScheduler(Policy):
         self._caps: list[int] = []
 
     def params(self) -> dict[str, object]:
-        return {"ordering": self.ordering, "chunk_tokens": self.chunk_tokens,
-                "min_chunk_tokens": self.min_chunk_tokens,
-                "max_seqs": self.max_seqs, "kv_margin": self.kv_margin, "seed": self.seed}
+        return {
+            "ordering": self.ordering,
+            "chunk_tokens": self.chunk_tokens,
+            "min_chunk_tokens": self.min_chunk_tokens,
+            "max_seqs": self.max_seqs,
+            "kv_margin": self.kv_margin,
+            "seed": self.seed,
+        }
 
     # ------------------------------------------------------------------------ events
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from policies.contract import (
+from simctl.policies.contract import (
     SPEC_OFF,
     Action,
     Capability,
@@ -43,8 +43,13 @@ from policies.contract import (
     Tick,
     WorkerId,
 )
-from policies.seer_acceptance import TABLE2_DRAFT, expected_accept_len, per_token_acceptance, table2_tau
-from policies.suffix_tree import DraftRule
+from simctl.policies.seer_acceptance import (
+    TABLE2_DRAFT,
+    expected_accept_len,
+    per_token_acceptance,
+    table2_tau,
+)
+from simctl.policies.suffix_tree import DraftRule
 
 METHOD = "suffix"
 DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -103,9 +108,13 @@ class GroupedSpeculation(Policy):
         self._memo: dict[tuple[int, float], SpecConfig] = {}  # (batch, rounded ctx) -> choice
 
     def params(self) -> dict[str, object]:
-        return {"adaptive": self.adaptive, "group_context": self.group_context,
-                "multi_path": self.multi_path, "fixed_depth": self.fixed_depth,
-                "tick_iterations": self.tick_iterations}
+        return {
+            "adaptive": self.adaptive,
+            "group_context": self.group_context,
+            "multi_path": self.multi_path,
+            "fixed_depth": self.fixed_depth,
+            "tick_iterations": self.tick_iterations,
+        }
 
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
         if isinstance(event, StepStarted):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from policies.contract import (
+from simctl.policies.contract import (
     Action,
     Assign,
     Capability,
@@ -40,9 +40,9 @@ from policies.contract import (
     Tick,
     WorkerIdle,
 )
-from policies.fastest_of_n import FastestOfN, Rung
-from policies.placement import contiguous_chunks
-from policies.speactor_model import (
+from simctl.policies.fastest_of_n import FastestOfN, Rung
+from simctl.policies.placement import contiguous_chunks
+from simctl.policies.speactor_model import (
     Affine,
     CostLaws,
     LadderRung,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.contract import (
+from simctl.policies.contract import (
     Action,
     Capability,
     ClusterView,

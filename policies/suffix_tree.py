@@ -34,8 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from policies.compose import Composed
-from policies.contract import Policy
+from simctl.policies.compose import Composed
+from simctl.policies.contract import Policy
 
 Context = tuple[int, ...]
 

@@ -42,9 +42,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from policies.beg_mab import DEFAULT_THRESHOLDS, BegMab, Strategy, default_strategies
-from policies.compose import Composed
-from policies.contract import (
+from simctl.policies.beg_mab import DEFAULT_THRESHOLDS, BegMab, Strategy, default_strategies
+from simctl.policies.compose import Composed
+from simctl.policies.contract import (
     SPEC_OFF,
     Action,
     Capability,
@@ -63,7 +63,7 @@ from policies.contract import (
     WorkerId,
     WorkerIdle,
 )
-from policies.placement import StaticGroupPlacement
+from simctl.policies.placement import StaticGroupPlacement
 
 # §5.1 / §6.3: "activates SD only when the remaining request count drops below a
 # configurable threshold (default: 32)".

@@ -25,18 +25,17 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-
-from reports.context import Context, FigureOut
-from reports.errors import Notes, ReportError
-from reports.fig_dynamics import acceptance_figure, completion_figure, load_figure, speculation_figure
-from reports.fig_simlive import simlive
-from reports.fig_steps import steps_figure
-from reports.fig_timeline import gantt_figures
-from reports.fig_trace import trace_figure
-from reports.load import Study, load_study
-from reports.page import PageInput, render
-from reports.style import RC
-from reports.tables import Table, headline_table, per_step_table
+from simctl.reports.context import Context, FigureOut
+from simctl.reports.errors import Notes, ReportError
+from simctl.reports.fig_dynamics import acceptance_figure, completion_figure, load_figure, speculation_figure
+from simctl.reports.fig_simlive import simlive
+from simctl.reports.fig_steps import steps_figure
+from simctl.reports.fig_timeline import gantt_figures
+from simctl.reports.fig_trace import trace_figure
+from simctl.reports.load import Study, load_study
+from simctl.reports.page import PageInput, render
+from simctl.reports.style import RC
+from simctl.reports.tables import Table, headline_table, per_step_table
 
 # Entries of DIR that a report owns; anything else in DIR must be an input run.
 REPORT_ENTRIES = frozenset({"index.html", "figures", "tables", "report.json"})

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-
-from reports.errors import ReportError
+from simctl.reports.errors import ReportError
 
 
 @click.command("report")
@@ -37,7 +36,7 @@ def report_cmd(
     PNG and the tables as Markdown, CSV and JSON. What could not be shown is listed on
     the page and on stderr.
     """
-    from reports.build import build_report  # matplotlib import only when the command runs
+    from simctl.reports.build import build_report  # matplotlib import only when the command runs
 
     try:
         index = build_report(list(runs), out_dir, baseline=baseline, step=step, workers=workers)

@@ -15,10 +15,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from reports.errors import Notes
-from reports.load import Run, Series, Study
-from reports.style import LineStyle, series_styles
+from simctl.reports.errors import Notes
+from simctl.reports.load import Run, Series, Study
+from simctl.reports.style import LineStyle, series_styles
 
 GRID_POINTS = 600  # samples per time axis: about one per pixel of a full-width plot
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from reports.context import Context, FigureOut, sum_on_grid, time_grid
-from reports.load import Series
-from reports.style import legend, save, step_axis, subplots
+from simctl.reports.context import Context, FigureOut, sum_on_grid, time_grid
+from simctl.reports.load import Series
+from simctl.reports.style import legend, save, step_axis, subplots
 
 CDF_POINTS = 1000
 

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
-from reports.context import Context, FigureOut
-from reports.fig_dynamics import cdf_points
-from reports.load import Series
-from reports.style import legend, save, step_axis, subplots
-from reports.tables import Col, Table, fmt_num, fmt_signed_pct, fmt_text
+from simctl.reports.context import Context, FigureOut
+from simctl.reports.fig_dynamics import cdf_points
+from simctl.reports.load import Series
+from simctl.reports.style import legend, save, step_axis, subplots
+from simctl.reports.tables import Col, Table, fmt_num, fmt_signed_pct, fmt_text
 
 METRICS = (
     ("rollout_makespan_s", "rollout makespan (s)"),

@@ -8,10 +8,9 @@ curves sit next to the headline table.
 from __future__ import annotations
 
 import numpy as np
-
-from reports.context import Context, FigureOut
-from reports.style import legend, save, step_axis, subplots
-from reports.tables import baseline_for
+from simctl.reports.context import Context, FigureOut
+from simctl.reports.style import legend, save, step_axis, subplots
+from simctl.reports.tables import baseline_for
 
 
 def steps_figure(ctx: Context) -> list[FigureOut]:

@@ -20,10 +20,9 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LinearSegmentedColormap, Normalize
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
-
-from reports.context import Context, FigureOut, slug
-from reports.load import Series
-from reports.style import ROLE_COLORS, save, subplots
+from simctl.reports.context import Context, FigureOut, slug
+from simctl.reports.load import Series
+from simctl.reports.style import ROLE_COLORS, save, subplots
 
 PIXEL_BINS = 1200  # merge resolution along time
 RAW_LIMIT = 6000  # below this many segments, draw them as they are

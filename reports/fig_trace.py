@@ -8,9 +8,8 @@ enough (and a 200-step trace is read for three columns only).
 from __future__ import annotations
 
 import numpy as np
-
-from reports.context import Context, FigureOut
-from reports.style import PALETTE, legend, save, step_axis, subplots
+from simctl.reports.context import Context, FigureOut
+from simctl.reports.style import PALETTE, legend, save, step_axis, subplots
 
 
 def trace_figure(ctx: Context) -> list[FigureOut]:

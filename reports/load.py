@@ -19,8 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from reports.errors import Notes, ReportError
+from simctl.reports.errors import Notes, ReportError
 
 STEP_METRICS = (
     "rollout_makespan_s",

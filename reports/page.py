@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reports.context import FigureOut
-from reports.errors import Notes
-from reports.load import Run, Study
-from reports.tables import Table
+from simctl.reports.context import FigureOut
+from simctl.reports.errors import Notes
+from simctl.reports.load import Run, Study
+from simctl.reports.tables import Table
 
 CSS = """
 :root { --fg:#1a1a1a; --muted:#555; --rule:#ccc; --best:#fff3c4; }

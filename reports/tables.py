@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-
-from reports.errors import Notes
-from reports.load import Series, Study
+from simctl.reports.errors import Notes
+from simctl.reports.load import Series, Study
 
 
 def fmt_num(digits: int = 1, suffix: str = "") -> Callable[[Any], str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.hardware import GPUSpec, get_gpu
+from simctl.sim.hardware import GPUSpec, get_gpu
 
 GPUS_PER_NODE = 8
 DEFAULT_TP = 4
@@ -52,11 +52,11 @@ class ClusterSpec:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"cluster: field {name!r}={value!r} must be a positive integer")
         if self.gpus_per_node % self.tp:
-            raise ValueError(f"cluster: field 'tp'={self.tp} does not divide "
-                             f"gpus_per_node={self.gpus_per_node}")
+            raise ValueError(
+                f"cluster: field 'tp'={self.tp} does not divide gpus_per_node={self.gpus_per_node}"
+            )
         if not 0.0 < self.gpu_mem_util <= 1.0:
-            raise ValueError(f"cluster: field 'gpu_mem_util'={self.gpu_mem_util!r} "
-                             "must be in (0, 1]")
+            raise ValueError(f"cluster: field 'gpu_mem_util'={self.gpu_mem_util!r} must be in (0, 1]")
 
     @property
     def total_gpus(self) -> int:
@@ -107,14 +107,15 @@ def _parse_name(spec: str) -> ClusterSpec:
     if count < GPUS_PER_NODE:
         nodes, per_node = 1, count
     elif count % GPUS_PER_NODE:
-        raise ValueError(f"cluster spec {spec!r}: GPU count {count} must be a multiple of "
-                         f"{GPUS_PER_NODE} (or below {GPUS_PER_NODE} for one node)")
+        raise ValueError(
+            f"cluster spec {spec!r}: GPU count {count} must be a multiple of "
+            f"{GPUS_PER_NODE} (or below {GPUS_PER_NODE} for one node)"
+        )
     else:
         nodes, per_node = count // GPUS_PER_NODE, GPUS_PER_NODE
     tp = int(match["tp"]) if match["tp"] else _default_tp(per_node)
     if tp < 1 or per_node % tp:
-        raise ValueError(f"cluster spec {spec!r}: tp{tp} does not divide "
-                         f"gpus_per_node={per_node}")
+        raise ValueError(f"cluster spec {spec!r}: tp{tp} does not divide gpus_per_node={per_node}")
     return ClusterSpec(nodes, per_node, gpu, tp, source=spec)
 
 
@@ -144,8 +145,9 @@ def _parse_toml(path: Path) -> ClusterSpec:
         raise ValueError(f"cluster file {path.name}: cannot read: {reason}") from None
     unknown = sorted(set(data) - _TOML_KEYS)
     if unknown:
-        raise ValueError(f"cluster file {path.name}: unknown field {unknown[0]!r}; "
-                         f"known: {', '.join(sorted(_TOML_KEYS))}")
+        raise ValueError(
+            f"cluster file {path.name}: unknown field {unknown[0]!r}; known: {', '.join(sorted(_TOML_KEYS))}"
+        )
     nodes = _field(path, data, "nodes", int)
     per_node = _field(path, data, "gpus_per_node", int)
     gpu_name = _field(path, data, "gpu", str)
@@ -160,8 +162,9 @@ def _parse_toml(path: Path) -> ClusterSpec:
     if "rdma_gbps" in data:
         gpu = dataclasses.replace(gpu, rdma_bw=_field(path, data, "rdma_gbps", float) * 1e9)
     if per_node % tp:
-        raise ValueError(f"cluster file {path.name}: field 'tp'={tp} does not divide "
-                         f"gpus_per_node={per_node}")
+        raise ValueError(
+            f"cluster file {path.name}: field 'tp'={tp} does not divide gpus_per_node={per_node}"
+        )
     if util > 1.0:
         raise ValueError(f"cluster file {path.name}: field 'gpu_mem_util'={util} must be <= 1")
     return ClusterSpec(nodes, per_node, gpu, tp, float(util), source=str(path))

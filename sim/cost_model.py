@@ -49,10 +49,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
-
-from sim.cluster import ClusterSpec
-from sim.hardware import GPUSpec
-from sim.models import ModelSpec, get_model
+from simctl.sim.cluster import ClusterSpec
+from simctl.sim.hardware import GPUSpec
+from simctl.sim.models import ModelSpec, get_model
 
 _SCALARS = (int, float, np.float64, np.int64)  # types the scalar fast paths accept
 
@@ -70,13 +69,15 @@ class CostModel(Protocol):
     kv_capacity_tokens: int
     weight_bytes_per_gpu: float
 
-    def iteration_time(self, num_seqs: ArrayLike, new_tokens: ArrayLike,
-                       context_tokens: ArrayLike) -> np.ndarray: ...
+    def iteration_time(
+        self, num_seqs: ArrayLike, new_tokens: ArrayLike, context_tokens: ArrayLike
+    ) -> np.ndarray: ...
 
     def prefill_time(self, tokens: ArrayLike) -> np.ndarray: ...
 
-    def draft_time(self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike,
-                   gamma: ArrayLike) -> np.ndarray: ...
+    def draft_time(
+        self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike, gamma: ArrayLike
+    ) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -170,13 +171,19 @@ def _kv_bytes_per_gpu(model: ModelSpec, tp: int, bytes_per_elem: int) -> float:
 
 def _model_pass(model: ModelSpec, tp: int, p: RooflineParams, overhead_s: float) -> _Pass:
     bpp = p.bytes_per_param / tp
-    return _Pass(dense_bytes=model.non_expert_param_count() * bpp, expert_bytes=model.expert_params() * bpp,
-                 moe_layers=model.moe_layers, num_experts=model.num_experts,
-                 top_k=model.experts_per_token, matmul_params=model.matmul_param_count(),
-                 attn_coeff=model.attn_flops_per_token(1.0),
-                 kv_bytes=_kv_bytes_per_gpu(model, tp, p.kv_bytes_per_elem),
-                 allreduces=2 * model.layers if tp > 1 else 0, hidden=model.hidden,
-                 overhead_s=overhead_s)
+    return _Pass(
+        dense_bytes=model.non_expert_param_count() * bpp,
+        expert_bytes=model.expert_params() * bpp,
+        moe_layers=model.moe_layers,
+        num_experts=model.num_experts,
+        top_k=model.experts_per_token,
+        matmul_params=model.matmul_param_count(),
+        attn_coeff=model.attn_flops_per_token(1.0),
+        kv_bytes=_kv_bytes_per_gpu(model, tp, p.kv_bytes_per_elem),
+        allreduces=2 * model.layers if tp > 1 else 0,
+        hidden=model.hidden,
+        overhead_s=overhead_s,
+    )
 
 
 def _eagle_pass(model: ModelSpec, tp: int, p: RooflineParams) -> _Pass:
@@ -185,19 +192,32 @@ def _eagle_pass(model: ModelSpec, tp: int, p: RooflineParams) -> _Pass:
     vocab = p.eagle_vocab or model.vocab
     params = layer + 2 * model.hidden**2 + vocab * model.hidden
     one_layer = dataclasses.replace(model, layers=1)
-    return _Pass(dense_bytes=params * p.bytes_per_param / tp, expert_bytes=0.0, moe_layers=0,
-                 num_experts=0, top_k=0, matmul_params=params,
-                 attn_coeff=one_layer.attn_flops_per_token(1.0),
-                 kv_bytes=_kv_bytes_per_gpu(one_layer, tp, p.kv_bytes_per_elem),
-                 allreduces=2 if tp > 1 else 0, hidden=model.hidden,
-                 overhead_s=p.draft_step_overhead_s)
+    return _Pass(
+        dense_bytes=params * p.bytes_per_param / tp,
+        expert_bytes=0.0,
+        moe_layers=0,
+        num_experts=0,
+        top_k=0,
+        matmul_params=params,
+        attn_coeff=one_layer.attn_flops_per_token(1.0),
+        kv_bytes=_kv_bytes_per_gpu(one_layer, tp, p.kv_bytes_per_elem),
+        allreduces=2 if tp > 1 else 0,
+        hidden=model.hidden,
+        overhead_s=p.draft_step_overhead_s,
+    )
 
 
 class RooflineCostModel:
     """Roofline over architecture and datasheet, plus fitted overheads (see RooflineParams)."""
 
-    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int,
-                 params: RooflineParams = DEFAULT_PARAMS, gpu_mem_util: float = 0.9) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GPUSpec,
+        tp: int,
+        params: RooflineParams = DEFAULT_PARAMS,
+        gpu_mem_util: float = 0.9,
+    ) -> None:
         self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
         self.gpu_mem_util = gpu_mem_util
         overhead = params.iteration_overhead_s + (params.tp_iteration_overhead_s if tp > 1 else 0)
@@ -207,14 +227,21 @@ class RooflineCostModel:
         if free <= 0:
             raise ValueError(
                 f"model {model.name} ({self.weight_bytes_per_gpu / 1e9:.1f} GB/GPU at tp={tp}) "
-                f"does not fit in {gpu_mem_util:.0%} of {gpu.name} ({gpu.hbm_bytes / 1e9:.0f} GB)")
+                f"does not fit in {gpu_mem_util:.0%} of {gpu.name} ({gpu.hbm_bytes / 1e9:.0f} GB)"
+            )
         self.kv_capacity_tokens = int(free // self._pass.kv_bytes)
         self._draft_models: dict[str, RooflineCostModel] = {}
         self._affine_cache: dict[tuple[float, float], tuple[float, float, float, float, float]] = {}
 
-    def _terms(self, p: _Pass, num_seqs: ArrayLike, new_tokens: ArrayLike,
-               kv_read_tokens: ArrayLike, attn_context: ArrayLike,
-               weight_scale: float = 1.0) -> tuple[np.ndarray, ...]:
+    def _terms(
+        self,
+        p: _Pass,
+        num_seqs: ArrayLike,
+        new_tokens: ArrayLike,
+        kv_read_tokens: ArrayLike,
+        attn_context: ArrayLike,
+        weight_scale: float = 1.0,
+    ) -> tuple[np.ndarray, ...]:
         """(memory, compute, communication, overhead) seconds of pass `p`.
 
         attn_context is the context each query token attends to (per sequence).
@@ -238,11 +265,18 @@ class RooflineCostModel:
             t_over = t_over + np.where(n > b, prm.verify_per_seq_overhead_s * b, 0.0)
         return t_mem, t_compute, t_comm, t_over
 
-    def _time(self, p: _Pass, num_seqs: ArrayLike, new_tokens: ArrayLike,
-              kv_read_tokens: ArrayLike, attn_context: ArrayLike,
-              weight_scale: float = 1.0) -> np.ndarray:
+    def _time(
+        self,
+        p: _Pass,
+        num_seqs: ArrayLike,
+        new_tokens: ArrayLike,
+        kv_read_tokens: ArrayLike,
+        attn_context: ArrayLike,
+        weight_scale: float = 1.0,
+    ) -> np.ndarray:
         t_mem, t_compute, t_comm, t_over = self._terms(
-            p, num_seqs, new_tokens, kv_read_tokens, attn_context, weight_scale)
+            p, num_seqs, new_tokens, kv_read_tokens, attn_context, weight_scale
+        )
         return np.maximum(t_mem, t_compute) + t_comm + t_over
 
     def _context_affine(self, b: float, n: float) -> tuple[float, float, float, float, float]:
@@ -262,8 +296,9 @@ class RooflineCostModel:
             self._affine_cache[key] = out
         return out
 
-    def iteration_time(self, num_seqs: ArrayLike, new_tokens: ArrayLike,
-                       context_tokens: ArrayLike) -> np.ndarray:
+    def iteration_time(
+        self, num_seqs: ArrayLike, new_tokens: ArrayLike, context_tokens: ArrayLike
+    ) -> np.ndarray:
         if type(context_tokens) in _SCALARS and type(num_seqs) in _SCALARS and type(new_tokens) in _SCALARS:
             # Policies ask one scalar at a time, often dozens per event: plain float
             # arithmetic is the same IEEE result at a tenth of numpy's per-call cost.
@@ -283,11 +318,13 @@ class RooflineCostModel:
         t = np.asarray(tokens, dtype=np.float64)
         return self._time(self._pass, 1.0, t, 0.0, t / 2.0)
 
-    def draft_time(self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike,
-                   gamma: ArrayLike) -> np.ndarray:
+    def draft_time(
+        self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike, gamma: ArrayLike
+    ) -> np.ndarray:
         prm = self.params
-        if (drafter in ("suffix", "history") and type(num_seqs) in _SCALARS
-                and type(gamma) in _SCALARS):  # model-free tree drafting: no context term
+        if (
+            drafter in ("suffix", "history") and type(num_seqs) in _SCALARS and type(gamma) in _SCALARS
+        ):  # model-free tree drafting: no context term
             bf, gf = float(num_seqs), float(gamma)
             return np.float64(bf * (prm.tree_s_per_seq + prm.tree_s_per_token * gf) * float(gf > 0))  # type: ignore[return-value]
         b = np.asarray(num_seqs, dtype=np.float64)
@@ -304,28 +341,34 @@ class RooflineCostModel:
         elif drafter == "eagle":
             step = self._time(_eagle_pass(self.model, self.tp, prm), b, b, ctx, per_seq_ctx)
         elif drafter.startswith("model:"):
-            step = self._draft_model(drafter[len("model:"):]).iteration_time(b, b, ctx)
+            step = self._draft_model(drafter[len("model:") :]).iteration_time(b, b, ctx)
         else:
-            raise ValueError(f"unknown drafter {drafter!r}; known: ngram, suffix, history, "
-                             "w4-self, eagle, model:<catalogue name>")
+            raise ValueError(
+                f"unknown drafter {drafter!r}; known: ngram, suffix, history, "
+                "w4-self, eagle, model:<catalogue name>"
+            )
         return g * step
 
     def _draft_model(self, name: str) -> RooflineCostModel:
         if name not in self._draft_models:
-            prm = dataclasses.replace(self.params,
-                                      iteration_overhead_s=self.params.draft_step_overhead_s)
+            prm = dataclasses.replace(self.params, iteration_overhead_s=self.params.draft_step_overhead_s)
             self._draft_models[name] = RooflineCostModel(
-                get_model(name), self.gpu, self.params.draft_model_tp, prm, self.gpu_mem_util)
+                get_model(name), self.gpu, self.params.draft_model_tp, prm, self.gpu_mem_util
+            )
         return self._draft_models[name]
 
-    def breakdown(self, num_seqs: float, new_tokens: float, context_tokens: float
-                  ) -> dict[str, float]:
+    def breakdown(self, num_seqs: float, new_tokens: float, context_tokens: float) -> dict[str, float]:
         """Terms of one iteration, for reports and regime tests (memory- vs compute-bound)."""
         ctx_seq = context_tokens / max(num_seqs, 1.0)
         terms = self._terms(self._pass, num_seqs, new_tokens, context_tokens, ctx_seq)
         mem, compute, comm, over = (float(t) for t in terms)
-        return {"memory_s": mem, "compute_s": compute, "comm_s": comm, "overhead_s": over,
-                "total_s": max(mem, compute) + comm + over}
+        return {
+            "memory_s": mem,
+            "compute_s": compute,
+            "comm_s": comm,
+            "overhead_s": over,
+            "total_s": max(mem, compute) + comm + over,
+        }
 
 
 def nnls(a: np.ndarray, y: np.ndarray, max_iter: int = 100) -> np.ndarray:
@@ -466,9 +509,14 @@ class ProfiledCostModel:
     global affine fit per kind (a summary); prices come from local fits around each batch
     size (`_LocalLaw`) when the measurements are given, as `from_dict` does."""
 
-    def __init__(self, coefficients: dict[str, np.ndarray], kv_capacity_tokens: int,
-                 weight_bytes_per_gpu: float, meta: dict[str, Any] | None = None,
-                 measurements: dict[str, np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        coefficients: dict[str, np.ndarray],
+        kv_capacity_tokens: int,
+        weight_bytes_per_gpu: float,
+        meta: dict[str, Any] | None = None,
+        measurements: dict[str, np.ndarray] | None = None,
+    ) -> None:
         if "decode" not in coefficients:
             raise ValueError("profile: needs 'decode' measurements")
         self.coefficients = {k: np.asarray(c, dtype=np.float64) for k, c in coefficients.items()}
@@ -476,17 +524,24 @@ class ProfiledCostModel:
         self.weight_bytes_per_gpu = float(weight_bytes_per_gpu)
         self.meta = dict(meta or {})
         # measurements[kind]: rows [1, b, n, ctx, t, gamma]
-        self._local = {k: _LocalLaw(np.asarray(r, np.float64)[:, :5], np.asarray(r, np.float64)[:, 5])
-                       for k, r in (measurements or {}).items()}
+        self._local = {
+            k: _LocalLaw(np.asarray(r, np.float64)[:, :5], np.asarray(r, np.float64)[:, 5])
+            for k, r in (measurements or {}).items()
+        }
 
-    def _law(self, kind: str, b: ArrayLike, n: ArrayLike, ctx: ArrayLike,
-             gamma: float | None = None) -> np.ndarray:
+    def _law(
+        self, kind: str, b: ArrayLike, n: ArrayLike, ctx: ArrayLike, gamma: float | None = None
+    ) -> np.ndarray:
         local = self._local.get(kind)
         if local is not None:
             return local(b, n, ctx, gamma)
         c = self.coefficients[kind]
-        return (c[0] + c[1] * np.asarray(b, dtype=np.float64) + c[2] * np.asarray(n, np.float64)
-                + c[3] * np.asarray(ctx, dtype=np.float64))
+        return (
+            c[0]
+            + c[1] * np.asarray(b, dtype=np.float64)
+            + c[2] * np.asarray(n, np.float64)
+            + c[3] * np.asarray(ctx, dtype=np.float64)
+        )
 
     @property
     def verify_gammas(self) -> tuple[int, ...]:
@@ -494,8 +549,13 @@ class ProfiledCostModel:
         local = self._local.get("verify")
         return tuple(sorted({int(g) for g in local.gammas})) if local is not None else ()
 
-    def iteration_time(self, num_seqs: ArrayLike, new_tokens: ArrayLike,
-                       context_tokens: ArrayLike, gamma: float | None = None) -> np.ndarray:
+    def iteration_time(
+        self,
+        num_seqs: ArrayLike,
+        new_tokens: ArrayLike,
+        context_tokens: ArrayLike,
+        gamma: float | None = None,
+    ) -> np.ndarray:
         """`gamma` (optional, the widest draft in the batch) selects the verify law of that
         draft length when several were measured: an engine that pads its verify forward to
         the widest request pays for gamma + 1 query slots per sequence, however few of them
@@ -510,8 +570,9 @@ class ProfiledCostModel:
         kind = next(k for k in ("prefill", "verify", "decode") if k in self.coefficients)
         return self._law(kind, 1.0, tokens, tokens)
 
-    def draft_time(self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike,
-                   gamma: ArrayLike) -> np.ndarray:
+    def draft_time(
+        self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike, gamma: ArrayLike
+    ) -> np.ndarray:
         kind = f"draft:{drafter}"
         if kind not in self.coefficients:
             have = ", ".join(k for k in self.coefficients if k.startswith("draft:")) or "none"
@@ -548,12 +609,18 @@ class ProfiledCostModel:
         for i, row in enumerate(rows):
             kind = row.get("kind") if isinstance(row, dict) else None
             if not isinstance(kind, str) or not (kind in _BASE_KINDS or kind.startswith("draft:")):
-                raise bad(f"measurements[{i}].kind", f"={kind!r} must be decode, verify, "
-                          "prefill or draft:<drafter>")
+                raise bad(
+                    f"measurements[{i}].kind", f"={kind!r} must be decode, verify, prefill or draft:<drafter>"
+                )
             vals = [row.get(f) for f in _FIELDS]
             for f, v in zip(_FIELDS, vals, strict=True):
-                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
-                        or v < 0 or (f == "time_s" and v <= 0):
+                if (
+                    isinstance(v, bool)
+                    or not isinstance(v, int | float)
+                    or not math.isfinite(v)
+                    or v < 0
+                    or (f == "time_s" and v <= 0)
+                ):
                     raise bad(f"measurements[{i}].{f}", f"={v!r} must be a non-negative number")
             b, n, ctx, gamma, t = (float(v) for v in vals)
             if kind.startswith("draft:"):
@@ -569,16 +636,23 @@ class ProfiledCostModel:
             try:
                 weight = get_model(str(doc.get("model"))).weight_bytes() / tp
             except ValueError:
-                raise bad("weight_bytes_per_gpu", "is required for a model outside the "
-                          "catalogue") from None
+                raise bad("weight_bytes_per_gpu", "is required for a model outside the catalogue") from None
         meta = {k: doc.get(k) for k in ("backend", "model", "device", "tp")}
-        return cls(coefficients, cap, float(weight), meta | {"source": source},
-                   {k: np.array(v) for k, v in grouped.items()})
+        return cls(
+            coefficients,
+            cap,
+            float(weight),
+            meta | {"source": source},
+            {k: np.array(v) for k, v in grouped.items()},
+        )
 
 
-def load_cost_model(model: ModelSpec | str, cluster: ClusterSpec,
-                    profile_path: str | Path | None = None,
-                    params: RooflineParams = DEFAULT_PARAMS) -> CostModel:
+def load_cost_model(
+    model: ModelSpec | str,
+    cluster: ClusterSpec,
+    profile_path: str | Path | None = None,
+    params: RooflineParams = DEFAULT_PARAMS,
+) -> CostModel:
     """A measured profile when one is given (checked against model and TP), else roofline."""
     spec = get_model(model) if isinstance(model, str) else model
     if profile_path is None:
@@ -586,13 +660,15 @@ def load_cost_model(model: ModelSpec | str, cluster: ClusterSpec,
     prof = ProfiledCostModel.from_json(profile_path)
     name = Path(profile_path).name
     if prof.meta.get("tp") != cluster.tp:
-        raise ValueError(f"profile {name}: field 'tp'={prof.meta.get('tp')} but the cluster "
-                         f"runs tp={cluster.tp}")
+        raise ValueError(
+            f"profile {name}: field 'tp'={prof.meta.get('tp')} but the cluster runs tp={cluster.tp}"
+        )
     try:
         same = get_model(str(prof.meta.get("model"))) == spec
     except ValueError:
         same = True  # uncatalogued model: trust the caller
     if not same:
-        raise ValueError(f"profile {name}: field 'model'={prof.meta.get('model')!r} but the "
-                         f"run simulates {spec.name}")
+        raise ValueError(
+            f"profile {name}: field 'model'={prof.meta.get('model')!r} but the run simulates {spec.name}"
+        )
     return prof

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import simpy
-
-from policies.contract import (
+from simctl.policies.contract import (
     Action,
     Assign,
     Cancel,
@@ -36,12 +35,21 @@ from policies.contract import (
     StepFinished,
     StepStarted,
 )
-from sim.acceptance import sample_tokens
-from sim.cost_model import CostModel
-from sim.state import CANCELLED, DEFERRED, FINISHED, PLAIN_GAMMA, RUNNING, UNASSIGNED, WAITING, StepState
-from sim.token_replay import ModelProbe
-from sim.view import SimView
-from sim.worker import Plan, Worker
+from simctl.sim.acceptance import sample_tokens
+from simctl.sim.cost_model import CostModel
+from simctl.sim.state import (
+    CANCELLED,
+    DEFERRED,
+    FINISHED,
+    PLAIN_GAMMA,
+    RUNNING,
+    UNASSIGNED,
+    WAITING,
+    StepState,
+)
+from simctl.sim.token_replay import ModelProbe
+from simctl.sim.view import SimView
+from simctl.sim.worker import Plan, Worker
 
 # A block sampled from the grouped-drafter acceptance model (Seer Table 2 by visible
 # siblings) goes on past a fetch tick while no row's per-token acceptance has moved by more

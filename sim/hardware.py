@@ -105,9 +105,7 @@ A100_SXM_80GB = GPUSpec(
 
 DEFAULT_GPU = H100_SXM_80GB
 
-GPUS: dict[str, GPUSpec] = {
-    g.name: g for g in (H100_SXM_80GB, H800_SXM_80GB, H200_SXM_141GB, A100_SXM_80GB)
-}
+GPUS: dict[str, GPUSpec] = {g.name: g for g in (H100_SXM_80GB, H800_SXM_80GB, H200_SXM_141GB, A100_SXM_80GB)}
 
 _ALIASES: dict[str, str] = {
     "h100": H100_SXM_80GB.name,

@@ -10,8 +10,8 @@ this estimate to show what overlapping has to hide.
 
 from __future__ import annotations
 
-from sim.cluster import ClusterSpec
-from sim.models import ModelSpec
+from simctl.sim.cluster import ClusterSpec
+from simctl.sim.models import ModelSpec
 
 KV_BYTES_PER_ELEM = 2  # BF16 KV cache
 

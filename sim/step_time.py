@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traces.schema import StepTiming
+from simctl.traces.schema import StepTiming
 
 TRAIN_FLOPS_PER_PARAM_TOKEN = 6.0 + 4.0
 TRAIN_MFU = 0.35

@@ -49,16 +49,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from policies.seer_acceptance import TABLE2_DRAFT, per_token_acceptance, table2_tau
-from policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH, REWARD_COUNT_EPS, DraftRule
-from sim.acceptance import sample_tokens
-from sim.state import FINISHED, StepState
-from traces.io import Trace
+from simctl.policies.seer_acceptance import TABLE2_DRAFT, per_token_acceptance, table2_tau
+from simctl.policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH, REWARD_COUNT_EPS, DraftRule
+from simctl.sim.acceptance import sample_tokens
+from simctl.sim.state import FINISHED, StepState
+from simctl.traces.io import Trace
 
 if TYPE_CHECKING:
-    from sim.engine import StepSimulation
-    from sim.worker import Worker
+    from simctl.sim.engine import StepSimulation
+    from simctl.sim.worker import Worker
 
 # Default rules for the model-free methods when a policy declares none (traces/SCHEMA.md).
 DEFAULT_RULES: Mapping[str, DraftRule] = {
@@ -381,8 +380,13 @@ class StepReplay:
         return s
 
     def _remember(self, rid: int, pos0: int, pos_after, drafted, accepted, window_after) -> None:
-        self._plans[rid] = _Plan(pos0, np.asarray(pos_after, np.int64), np.asarray(drafted, np.int64),
-                                 np.asarray(accepted, np.int64), np.asarray(window_after, np.int64))
+        self._plans[rid] = _Plan(
+            pos0,
+            np.asarray(pos_after, np.int64),
+            np.asarray(drafted, np.int64),
+            np.asarray(accepted, np.int64),
+            np.asarray(window_after, np.int64),
+        )
 
     def _reconcile(self, rid: int) -> None:
         """Credit the iterations of the request's last plan that the engine applied: the
@@ -651,15 +655,24 @@ class StepReplay:
             drafted[:, it] = d
             accepted[:, it] = acc
             if aimd is not None:
-                w = np.where(has & (acc == d), np.minimum(w + aimd.step, aimd.maximum),
-                             np.where(acc < d, aimd.start, w))
+                w = np.where(
+                    has & (acc == d),
+                    np.minimum(w + aimd.step, aimd.maximum),
+                    np.where(acc < d, aimd.start, w),
+                )
             pos += np.where(live, acc + 1, 0)
             pos_after[:, it] = pos
             win_after[:, it] = w
         for j, r in enumerate(rids.tolist()):
             k = min(int(np.searchsorted(pos_after[j, :used], end[j], side="left")) + 1, used)
-            self._remember(r, int(self.state.generated[r]), pos_after[j, :k], drafted[j, :k],
-                           accepted[j, :k], win_after[j, :k])
+            self._remember(
+                r,
+                int(self.state.generated[r]),
+                pos_after[j, :k],
+                drafted[j, :k],
+                accepted[j, :k],
+                win_after[j, :k],
+            )
         return out
 
     def _static_verdicts(self, rule: DraftRule, rid: int) -> tuple[np.ndarray, np.ndarray]:
@@ -730,4 +743,3 @@ class StepReplay:
         first = np.r_[True, k[1:] != k[:-1]]
         self._hist[pid] = (k[first], t[first])
         return self._hist[pid]
-

@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from policies.contract import (
+from simctl.policies.contract import (
     Capability,
     ModelInfo,
     PromptHistory,
     RequestView,
     WorkerView,
 )
-from sim.state import STATE_NAMES
+from simctl.sim.state import STATE_NAMES
 
 if TYPE_CHECKING:
-    from sim.engine import StepSimulation
+    from simctl.sim.engine import StepSimulation
 
 
 class SimView:
@@ -26,7 +26,7 @@ class SimView:
         history: Mapping[int, PromptHistory] | None = None,
         capabilities: frozenset[Capability] | None = None,
     ) -> None:
-        from sim.engine import SIM_CAPABILITIES
+        from simctl.sim.engine import SIM_CAPABILITIES
 
         self._sim = sim
         self._info = info or ModelInfo(model="unknown", gpu="unknown", tp=1, group_size=1, temperature=1.0)
@@ -60,7 +60,7 @@ class SimView:
 
     @property
     def draft_methods(self) -> frozenset[str]:
-        from sim.engine import DRAFTERS
+        from simctl.sim.engine import DRAFTERS
 
         return frozenset(m for m in self._sim.state.methods if m in DRAFTERS)
 

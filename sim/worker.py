@@ -25,14 +25,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
-
-from policies.contract import SPEC_OFF, Role, SpecConfig, Tick, WorkerIdle
-from sim.acceptance import expected_tokens, stall_after_rejection, tree_acceptance
-from sim.state import PLAIN_GAMMA, RUNNING, WAITING
+from simctl.policies.contract import SPEC_OFF, Role, SpecConfig, Tick, WorkerIdle
+from simctl.sim.acceptance import expected_tokens, stall_after_rejection, tree_acceptance
+from simctl.sim.state import PLAIN_GAMMA, RUNNING, WAITING
 
 if TYPE_CHECKING:
-    from sim.engine import StepSimulation
-    from sim.token_replay import ModelProbe
+    from simctl.sim.engine import StepSimulation
+    from simctl.sim.token_replay import ModelProbe
 
 # A fast-forward block never plans more iterations than this (bounds memory of the
 # sampled acceptance matrix; the loop simply plans again).
@@ -222,8 +221,16 @@ class Worker:
         return alpha, gamma, methods, np.full(b, window, np.int64), topks, verify
 
     def _verify_time(
-        self, ids: np.ndarray, methods: np.ndarray, gamma: np.ndarray, batch: np.ndarray | int,
-        new_tokens: np.ndarray | int, ctx: np.ndarray, order: np.ndarray, gone: np.ndarray, exact: bool,
+        self,
+        ids: np.ndarray,
+        methods: np.ndarray,
+        gamma: np.ndarray,
+        batch: np.ndarray | int,
+        new_tokens: np.ndarray | int,
+        ctx: np.ndarray,
+        order: np.ndarray,
+        gone: np.ndarray,
+        exact: bool,
     ) -> np.ndarray:
         """Seconds of each verify iteration. A model-free drafter often proposes nothing
         (`draft_hit_<method>` < 1), and an iteration in which no request of the batch drafted
@@ -249,7 +256,14 @@ class Worker:
         return p0 * plain + (1.0 - p0) * some
 
     def _draft_times(
-        self, ids, methods, gamma, window, topk, ctx: np.ndarray, finish: np.ndarray,
+        self,
+        ids,
+        methods,
+        gamma,
+        window,
+        topk,
+        ctx: np.ndarray,
+        finish: np.ndarray,
         batch: np.ndarray | int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(coupled, decoupled) drafting seconds per iteration. Coupled drafting adds to the
@@ -347,8 +361,13 @@ class Worker:
         return plan
 
     def _plan_speculative(
-        self, ids: np.ndarray, remaining: np.ndarray, arrays: tuple[np.ndarray, ...], cap: int,
-        prefill: float, first_finish: bool,
+        self,
+        ids: np.ndarray,
+        remaining: np.ndarray,
+        arrays: tuple[np.ndarray, ...],
+        cap: int,
+        prefill: float,
+        first_finish: bool,
     ) -> Plan:
         """Sample every row's verification outcomes for the block, then price each iteration
         by the rows still running in it. With nothing waiting, the block runs through
@@ -362,8 +381,13 @@ class Worker:
         k_first = max(1, min(int(np.ceil(est.min() * 1.1)) + 4, int(remaining.min()), cap))
         k = k_first
         if not first_finish:
-            k_all = min(int(np.ceil(est.max() * 1.1)) + 4, int(remaining.max()), cap, self._horizon,
-                        SPEC_BLOCK_CELLS // b)
+            k_all = min(
+                int(np.ceil(est.max() * 1.1)) + 4,
+                int(remaining.max()),
+                cap,
+                self._horizon,
+                SPEC_BLOCK_CELLS // b,
+            )
             k = max(k_first, k_all)
         x = np.ones((b, k), np.int16)
         x[rows], exact_slots, probe = self.sim.spec_tokens(
@@ -414,8 +438,9 @@ class Worker:
             batch = (b - gone).astype(np.float64)
             gone_slots = np.concatenate([[0.0], np.cumsum(slots[order])])[gone]
             new_tokens = np.round(slots.sum() - gone_slots)
-        verify_s = self._verify_time(ids, methods, gamma, batch, new_tokens, ctx, order, gone,
-                                     exact_slots is not None)
+        verify_s = self._verify_time(
+            ids, methods, gamma, batch, new_tokens, ctx, order, gone, exact_slots is not None
+        )
         coupled, decoupled = self._draft_times(ids, methods, gamma, window, topk, ctx, fin, batch)
         t = np.maximum(verify_s, decoupled) + coupled
         t[0] += prefill

@@ -6,14 +6,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
-from sim.cluster import parse_cluster
-from sim.cost_model import RooflineCostModel
-from sim.engine import EngineConfig
-from sim.models import get_model
-from sim.replay import ReplaySetup, replay
-from traces.io import Trace
-from traces.schema import TraceMeta
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import RooflineCostModel
+from simctl.sim.engine import EngineConfig
+from simctl.sim.models import get_model
+from simctl.sim.replay import ReplaySetup, replay
+from simctl.traces.io import Trace
+from simctl.traces.schema import TraceMeta
 
 
 def make_frame(

@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 import click
-
-from traces.io import TraceError
+from simctl.traces.io import TraceError
 
 
 @click.group("trace")
@@ -32,7 +31,7 @@ def trace_group() -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
 def gen_cmd(preset: str, steps: int, seed: int, scale: float, tokens: bool, output: Path) -> None:
     """Write a synthetic trace calibrated to one of the papers' workloads."""
-    from traces.generate import write_generated
+    from simctl.traces.generate import write_generated
 
     try:
         path = write_generated(output, preset=preset, steps=steps, seed=seed, scale=scale, tokens=tokens)
@@ -44,7 +43,7 @@ def gen_cmd(preset: str, steps: int, seed: int, scale: float, tokens: bool, outp
 @trace_group.command("presets")
 def presets_cmd() -> None:
     """List generator presets with their workload shape."""
-    from traces.presets import PRESETS
+    from simctl.traces.presets import PRESETS
 
     for name, p in PRESETS.items():
         click.echo(f"{name:28s} {p.describe()}")
@@ -54,7 +53,7 @@ def presets_cmd() -> None:
 @click.argument("trace", type=click.Path(path_type=Path))
 def validate_cmd(trace: Path) -> None:
     """Check a trace against the schema; one line per problem, exit 1 if any."""
-    from traces.validate import validate_file
+    from simctl.traces.validate import validate_file
 
     problems = validate_file(trace)
     for p in problems:
@@ -73,9 +72,8 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     """Per-step lengths, clip fraction, tail share and acceptance of a trace."""
     from rich.console import Console
     from rich.table import Table
-
-    from traces.inspect import plot_lengths, step_summary
-    from traces.validate import load_valid_trace
+    from simctl.traces.inspect import plot_lengths, step_summary
+    from simctl.traces.validate import load_valid_trace
 
     try:
         tr = load_valid_trace(trace)

@@ -70,16 +70,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-
-from traces.io import write_trace
-from traces.presets import (
+from simctl.traces.io import write_trace
+from simctl.traces.presets import (
     ACCEPT_BUCKET_TOKENS,
     METHOD_SHAPES,
     PROMPT_ACCEPT_SIGMA,
     Preset,
     get_preset,
 )
-from traces.schema import FINISH_REASONS, KNOWN_METHODS, TraceMeta, accept_column, bucket_column
+from simctl.traces.schema import FINISH_REASONS, KNOWN_METHODS, TraceMeta, accept_column, bucket_column
 
 GENERATOR_VERSION = 1
 MAX_TOKEN_IDS = 50_000_000  # tokens=True refuses traces above this (memory ~ 4 bytes per id)

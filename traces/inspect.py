@@ -6,9 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from traces.io import Trace, atomic_write
-from traces.schema import accept_column, acceptance_methods
+from simctl.traces.io import Trace, atomic_write
+from simctl.traces.schema import accept_column, acceptance_methods
 
 PERCENTILES = (50, 90, 99)
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from traces.schema import KNOWN_METHODS, StepTiming
+from simctl.traces.schema import KNOWN_METHODS, StepTiming
 
 
 def per_token_acceptance(accept_len: float, gamma: int) -> float:

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-
-from traces.io import Trace, TraceError, open_parquet, read_meta, read_trace
-from traces.schema import (
+from simctl.traces.io import Trace, TraceError, open_parquet, read_meta, read_trace
+from simctl.traces.schema import (
     ACCEPT_PREFIX,
     BUCKET_SUFFIX,
     FILL_PREFIX,

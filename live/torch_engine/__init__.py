@@ -2,24 +2,24 @@
 whose speculative decoding is lossless by construction (position-seeded sampling, exact-match
 verification), with pluggable drafters and random-weight models for tests and timing."""
 
-from live.torch_engine.drafters import (
+from simctl.live.torch_engine.drafters import (
     Drafter,
     ModelDrafter,
     NgramDrafter,
     SuffixDrafter,
     propose_many,
 )
-from live.torch_engine.engine import (
+from simctl.live.torch_engine.engine import (
     RequestResult,
     StepDelta,
     StepStats,
     TorchEngine,
     run_to_completion,
 )
-from live.torch_engine.kv_cache import KVBuffer
-from live.torch_engine.quantize import quantize_w4_rtn, rtn_quantize
-from live.torch_engine.ragged_forward import ragged_forward
-from live.torch_engine.random_models import (
+from simctl.live.torch_engine.kv_cache import KVBuffer
+from simctl.live.torch_engine.quantize import quantize_w4_rtn, rtn_quantize
+from simctl.live.torch_engine.ragged_forward import ragged_forward
+from simctl.live.torch_engine.random_models import (
     CONFIGS,
     qwen2_5_0_5b_config,
     qwen2_5_7b_config,
@@ -27,7 +27,7 @@ from live.torch_engine.random_models import (
     tiny_llama_config,
     tiny_qwen2_config,
 )
-from live.torch_engine.sampling import SamplingParams, gumbel_noise, request_key, sample_tokens
+from simctl.live.torch_engine.sampling import SamplingParams, gumbel_noise, request_key, sample_tokens
 
 __all__ = [
     "CONFIGS",

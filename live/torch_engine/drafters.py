@@ -16,9 +16,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
-
-from live.torch_engine.kv_cache import KVBuffer
-from live.torch_engine.ragged_forward import ragged_forward
+from simctl.live.torch_engine.kv_cache import KVBuffer
+from simctl.live.torch_engine.ragged_forward import ragged_forward
 
 DraftItem = tuple[list[int], list[list[int]], int]
 """(request_tokens, group_tokens, k) — the arguments of one `propose` call."""

@@ -20,11 +20,10 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-
-from live.torch_engine.drafters import Drafter, DraftItem, propose_many
-from live.torch_engine.kv_cache import KVBuffer
-from live.torch_engine.ragged_forward import ragged_forward
-from live.torch_engine.sampling import SamplingParams, request_key, sample_tokens
+from simctl.live.torch_engine.drafters import Drafter, DraftItem, propose_many
+from simctl.live.torch_engine.kv_cache import KVBuffer
+from simctl.live.torch_engine.ragged_forward import ragged_forward
+from simctl.live.torch_engine.sampling import SamplingParams, request_key, sample_tokens
 
 RequestId = Hashable
 

@@ -17,9 +17,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from click.testing import CliRunner  # noqa: E402
-
-from live.calibrate import calibrate_cmd  # noqa: E402
-from sim.cost_model import ProfiledCostModel  # noqa: E402
+from simctl.live.calibrate import calibrate_cmd  # noqa: E402
+from simctl.sim.cost_model import ProfiledCostModel  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -126,7 +125,7 @@ class _FakeVllmEngine:
     one token per request; a request whose tokens the n-gram lookup matches drafts gamma."""
 
     def __init__(self, gamma: int) -> None:
-        from live.torch_engine import NgramDrafter
+        from simctl.live.torch_engine import NgramDrafter
 
         self.gamma = gamma
         self.lookup = NgramDrafter(2, 4)
@@ -166,7 +165,7 @@ def test_vllm_verify_rows_count_what_was_drafted(monkeypatch: pytest.MonkeyPatch
     import sys
     import types
 
-    from live.calibrate_vllm import VllmCalibrator
+    from simctl.live.calibrate_vllm import VllmCalibrator
 
     fake = types.ModuleType("vllm")
     fake.SamplingParams = lambda **kw: kw  # type: ignore[attr-defined]

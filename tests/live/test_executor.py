@@ -18,12 +18,11 @@ import itertools
 
 import numpy as np
 import pytest
-
-from live.backend import Delta, StepTiming
-from live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveError, LiveExecutor
-from live.recorder import PolicyRun, write_recording
-from live.workload import Workload, from_trace
-from policies.contract import (
+from simctl.live.backend import Delta, StepTiming
+from simctl.live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveError, LiveExecutor
+from simctl.live.recorder import PolicyRun, write_recording
+from simctl.live.workload import Workload, from_trace
+from simctl.policies.contract import (
     SPEC_OFF,
     SPEC_PLAIN,
     Action,
@@ -46,13 +45,14 @@ from policies.contract import (
     Tick,
     WorkerIdle,
 )
-from policies.registry import REGISTRY, make_policy
-from sim.engine import EngineConfig, StepSimulation
-from sim.state import StepState
+from simctl.policies.registry import REGISTRY, make_policy
+from simctl.sim.engine import EngineConfig, StepSimulation
+from simctl.sim.state import StepState
+from simctl.traces.io import write_trace
+from simctl.traces.schema import KNOWN_METHODS, TraceMeta
+from simctl.traces.validate import validate_file
+
 from tests.factories import LinearCost, make_frame
-from traces.io import write_trace
-from traces.schema import KNOWN_METHODS, TraceMeta
-from traces.validate import validate_file
 
 KV = 10**9
 INFO = ModelInfo(model="Qwen2.5-7B", gpu="H100-SXM-80GB", tp=1, group_size=4, temperature=1.0)
@@ -335,8 +335,12 @@ class PlainOnSpeculatingWorker(Policy):
 
 def test_plain_override_and_draft_methods(trace_file: Path) -> None:
     policy = PlainOnSpeculatingWorker()
-    ex = _live(policy, from_trace(trace_file, vocab=256, steps=[0]), workers=1,
-               draft_methods=frozenset({"ngram", "suffix"}))
+    ex = _live(
+        policy,
+        from_trace(trace_file, vocab=256, steps=[0]),
+        workers=1,
+        draft_methods=frozenset({"ngram", "suffix"}),
+    )
     reqs = ex.records[0].requests
     assert reqs[1].spec_iters == 0 and reqs[1].drafted == 0
     assert reqs[0].spec_iters > 0 and reqs[2].spec_iters > 0
@@ -347,8 +351,7 @@ def test_iteration_records_are_what_the_cost_model_prices(trace_file: Path) -> N
     """One row per engine iteration: batch, query tokens (batch + drafted), context and the
     prompt tokens admitted since the previous iteration, as the simulator prices them."""
     import pandas as pd
-
-    from live.executor import ITERATION_COLUMNS
+    from simctl.live.executor import ITERATION_COLUMNS
 
     workload = from_trace(trace_file, vocab=256, steps=[0])
     for name, gamma in (("verl", 0), ("ngram", 4)):
@@ -405,14 +408,14 @@ def _one_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def tiny():
     pytest.importorskip("transformers")
-    from live.models import load_model
+    from simctl.live.models import load_model
 
     return load_model("random:tiny", seed=0)
 
 
 def _torch_runs(tiny, specs: Sequence[str], workers: int = 2, temperature: float = 1.0) -> list[PolicyRun]:
-    from live.session import TorchBackend, run_policies
-    from live.workload import Prompt, from_prompts
+    from simctl.live.session import TorchBackend, run_policies
+    from simctl.live.workload import Prompt, from_prompts
 
     prompts = [Prompt("a" * (20 + 9 * i)) for i in range(3)]
     workload = from_prompts(
@@ -468,10 +471,10 @@ def test_speculative_policies_are_lossless_live(tiny, temperature: float) -> Non
 def test_recording_round_trip(tiny, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from sim.replay_cli import replay_cmd
+    from simctl.replay_cmd import replay_cmd
 
     runs = _torch_runs(tiny, ["verl", "ngram"])
-    from live.workload import Prompt, from_prompts
+    from simctl.live.workload import Prompt, from_prompts
 
     workload = from_prompts(
         [Prompt("a" * (20 + 9 * i)) for i in range(3)],
@@ -489,7 +492,7 @@ def test_recording_round_trip(tiny, tmp_path: Path) -> None:
         {"model": "Qwen2.5-0.5B", "hardware": "cpu", "temperature": 1.0, "seed": 3},
     )
     assert validate_file(path) == []
-    from traces.io import read_trace
+    from simctl.traces.io import read_trace
 
     trace = read_trace(path)
     assert trace.meta.source == "live"

@@ -18,10 +18,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from click.testing import CliRunner  # noqa: E402
-
-from live.cli import live_cmd  # noqa: E402
-from traces.io import read_trace  # noqa: E402
-from traces.validate import validate_file  # noqa: E402
+from simctl.live.cli import live_cmd  # noqa: E402
+from simctl.traces.io import read_trace  # noqa: E402
+from simctl.traces.validate import validate_file  # noqa: E402
 
 TINY = ["--model", "random:tiny", "--prompts-per-step", "3", "--group-size", "2", "--max-tokens", "16"]
 
@@ -91,8 +90,7 @@ def test_run_directory_has_replay_keys(run_dir: Path) -> None:
     for name in ("requests", "timeline", "roles", "iterations"):
         assert (run_dir / f"{name}.parquet").is_file()
     import pandas as pd
-
-    from live.executor import ITERATION_COLUMNS
+    from simctl.live.executor import ITERATION_COLUMNS
 
     it = pd.read_parquet(run_dir / "iterations.parquet")
     assert [*ITERATION_COLUMNS, "policy", "step"] == list(it.columns)
@@ -115,8 +113,8 @@ def test_run_directory_has_replay_keys(run_dir: Path) -> None:
 
 
 def test_report_reads_the_live_run(run_dir: Path, tmp_path: Path) -> None:
-    from reports.errors import Notes
-    from reports.load import load_study
+    from simctl.reports.errors import Notes
+    from simctl.reports.load import load_study
 
     study = load_study([run_dir], Notes())
     assert {s.policy for s in study.series} == {"verl", "ngram"}
@@ -161,7 +159,7 @@ def test_missing_model_is_one_line(tmp_path: Path) -> None:
 
 
 def test_worker_crash_keeps_completed_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from live.torch_engine import TorchEngine
+    from simctl.live.torch_engine import TorchEngine
 
     real = TorchEngine.step
     calls = {"n": 0}
@@ -219,7 +217,7 @@ def test_smollm2_live_run(tmp_path: Path) -> None:
 def test_vllm_plugin_expand_matches_the_triton_kernel() -> None:
     """The rejection-sampler fix writes input[i] over output[cu[i-1]:cu[i]] in the output's
     own dtype and storage (the buggy CPU fallback wrote into a dropped int64 copy)."""
-    from live.vllm_cpu.plugin import expand_kernel_impl
+    from simctl.live.vllm_cpu.plugin import expand_kernel_impl
 
     cu = torch.tensor([2, 5, 6], dtype=torch.int32)
     temps = torch.zeros(6)
@@ -278,9 +276,10 @@ def test_vllm_backend_live_run(tmp_path: Path) -> None:
     assert ngram["accepted"].sum() / ngram["drafted"].sum() > 0.05
     # conformance on real engines: the simulator, replaying the recording with the same
     # policies on as many workers, places every request on the engine that served it live
-    from sim.replay import replay
+    from simctl.sim.replay import replay
+    from simctl.traces.io import read_trace
+
     from tests.factories import make_setup
-    from traces.io import read_trace
 
     sim_runs = replay(make_setup(read_trace(out / "trace.parquet"), cluster="h100x2:tp1"), ["verl", "ngram"])
     for name, run in sim_runs.items():

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from sim.cost_model import ProfiledCostModel
+from simctl.sim.cost_model import ProfiledCostModel
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 CONTEXTS = (64, 256)

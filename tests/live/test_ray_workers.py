@@ -10,14 +10,15 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveExecutor, WorkerCrashed  # noqa: E402
-from live.ray_workers import RayBackend, RayUnavailable  # noqa: E402
-from live.workload import from_trace  # noqa: E402
-from policies.registry import make_policy  # noqa: E402
+from simctl.live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveExecutor, WorkerCrashed  # noqa: E402
+from simctl.live.ray_workers import RayBackend, RayUnavailable  # noqa: E402
+from simctl.live.workload import from_trace  # noqa: E402
+from simctl.policies.registry import make_policy  # noqa: E402
+from simctl.traces.io import write_trace  # noqa: E402
+from simctl.traces.schema import TraceMeta  # noqa: E402
+
 from tests.factories import LinearCost  # noqa: E402
 from tests.live.test_executor import INFO, KV, ScriptedEngine, _frame  # noqa: E402
-from traces.io import write_trace  # noqa: E402
-from traces.schema import TraceMeta  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,16 +48,27 @@ def trace_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def cluster():
     # workers import this test package: give them the repository on their path
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    )
     yield
     ray.shutdown()
 
 
 def _run(engines, workload, policy: str):
-    ex = LiveExecutor(make_policy(policy), engines, workload, INFO,
-                      config=ExecutorConfig(kv_capacity_tokens=KV), cost_model=LinearCost(),
-                      capabilities=TORCH_CAPABILITIES)
+    ex = LiveExecutor(
+        make_policy(policy),
+        engines,
+        workload,
+        INFO,
+        config=ExecutorConfig(kv_capacity_tokens=KV),
+        cost_model=LinearCost(),
+        capabilities=TORCH_CAPABILITIES,
+    )
     ex.run()
     return ex
 
@@ -90,8 +102,7 @@ def test_a_crashing_remote_worker_is_one_clear_error(cluster, trace_path: Path) 
 
 
 def test_a_cluster_too_small_for_the_workers_is_refused(cluster) -> None:
-    backend = RayBackend(factory=Scripted, capabilities=TORCH_CAPABILITIES,
-                         resources={"num_gpus": 1})
+    backend = RayBackend(factory=Scripted, capabilities=TORCH_CAPABILITIES, resources={"num_gpus": 1})
     with pytest.raises(RayUnavailable, match="ray cluster has 0 GPU, 2 workers need 2"):
         backend.engines(2)
 
@@ -107,7 +118,7 @@ def test_no_ray_is_one_line(monkeypatch) -> None:
         return real(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    from live.ray_workers import _ray
+    from simctl.live.ray_workers import _ray
 
     with pytest.raises(RayUnavailable, match="pip install"):
         _ray()
@@ -118,12 +129,23 @@ def test_simctl_live_ray_records_what_an_in_process_run_records(cluster, tmp_pat
     actor from the same seed) generates the same tokens as in-process engines."""
     import torch
     from click.testing import CliRunner
+    from simctl.live.cli import live_cmd
+    from simctl.traces.io import read_trace
 
-    from live.cli import live_cmd
-    from traces.io import read_trace
-
-    args = ["--model", "random:tiny", "--prompts-per-step", "3", "--group-size", "2", "--max-tokens", "12",
-            "--policy", "verl", "--workers", "2"]
+    args = [
+        "--model",
+        "random:tiny",
+        "--prompts-per-step",
+        "3",
+        "--group-size",
+        "2",
+        "--max-tokens",
+        "12",
+        "--policy",
+        "verl",
+        "--workers",
+        "2",
+    ]
     previous = torch.get_num_threads()
     try:
         local = CliRunner().invoke(live_cmd, [*args, "--record", str(tmp_path / "local.parquet")])

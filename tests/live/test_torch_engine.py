@@ -20,8 +20,7 @@ pytest.importorskip("transformers")
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-from live.torch_engine import (  # noqa: E402
+from simctl.live.torch_engine import (  # noqa: E402
     Drafter,
     KVBuffer,
     ModelDrafter,
@@ -469,7 +468,7 @@ def test_sampling_is_row_independent_and_matches_softmax() -> None:
 def test_sampling_in_row_blocks_changes_no_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows are sampled in blocks (bounded temporaries, cost linear in rows): the same draws
     as one block of all rows."""
-    from live.torch_engine import sampling
+    from simctl.live.torch_engine import sampling
 
     torch.manual_seed(1)
     n = 3 * sampling.ROW_BLOCK + 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from policies.contract import (
+from simctl.policies.contract import (
     ALL_CAPABILITIES,
     SPEC_OFF,
     Capability,
@@ -35,8 +35,17 @@ class FakeView:
     @staticmethod
     def make(n_workers: int, gpus: int = 4) -> FakeView:
         ws = [
-            WorkerView(id=w, gpus=gpus, node=0, role=Role.ROLLOUT, running=0, waiting=0,
-                       kv_used_tokens=0, kv_capacity_tokens=10**6, spec=SPEC_OFF)
+            WorkerView(
+                id=w,
+                gpus=gpus,
+                node=0,
+                role=Role.ROLLOUT,
+                running=0,
+                waiting=0,
+                kv_used_tokens=0,
+                kv_capacity_tokens=10**6,
+                spec=SPEC_OFF,
+            )
             for w in range(n_workers)
         ]
         return FakeView(workers=ws)
@@ -45,9 +54,19 @@ class FakeView:
         self.workers[w] = replace(self.workers[w], **changes)
 
     def add_request(self, rid: int, worker: int | None, state: str = "running", **changes: object) -> None:
-        base = RequestView(id=rid, prompt_id=rid, sample=0, prompt_len=10, max_tokens=100, generated=0,
-                           worker=worker, state=state, spec=SPEC_OFF, drafted_tokens=0,  # type: ignore[arg-type]
-                           accepted_tokens=0)
+        base = RequestView(
+            id=rid,
+            prompt_id=rid,
+            sample=0,
+            prompt_len=10,
+            max_tokens=100,
+            generated=0,
+            worker=worker,
+            state=state,
+            spec=SPEC_OFF,
+            drafted_tokens=0,  # type: ignore[arg-type]
+            accepted_tokens=0,
+        )
         self.requests[rid] = base._replace(**changes)
 
     # ClusterView protocol

@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from policies.beg_mab import DEFAULT_THRESHOLDS, BegMab, Strategy, default_strategies, reward
+from simctl.policies.beg_mab import DEFAULT_THRESHOLDS, BegMab, Strategy, default_strategies, reward
 
 
 def test_reward_is_alg1_lines_8_9() -> None:

@@ -12,8 +12,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from policies.best_drafter import (
+from simctl.policies.best_drafter import (
     MODEL_FREE,
     MULTI_PATH,
     P_MAX,
@@ -25,8 +24,8 @@ from policies.best_drafter import (
     p_from_tau_bisect,
     tau_table,
 )
-from policies.composite import VARIANTS, ReplicaAwareScheduler
-from policies.contract import (
+from simctl.policies.composite import VARIANTS, ReplicaAwareScheduler
+from simctl.policies.contract import (
     SPEC_OFF,
     SPEC_PLAIN,
     Action,
@@ -43,12 +42,13 @@ from policies.contract import (
     Tick,
     WorkerIdle,
 )
-from policies.fastest_of_n import FastestOfN, Rung
-from policies.registry import make_policy
-from policies.seer_acceptance import expected_accept_len
-from policies.seer_scheduler import WorkerLoad
-from policies.seer_spec import DEPTHS, PATHS
-from sim.replay import run_policy
+from simctl.policies.fastest_of_n import FastestOfN, Rung
+from simctl.policies.registry import make_policy
+from simctl.policies.seer_acceptance import expected_accept_len
+from simctl.policies.seer_scheduler import WorkerLoad
+from simctl.policies.seer_spec import DEPTHS, PATHS
+from simctl.sim.replay import run_policy
+
 from tests.factories import make_frame, make_setup, make_trace, random_lengths
 from tests.policies.fakes import FakeView
 

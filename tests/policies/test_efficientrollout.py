@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from policies.contract import SPEC_OFF, RequestFinished, SetSpec, SpecConfig, StepStarted, Tick
-from policies.efficientrollout import (
+from simctl.policies.contract import SPEC_OFF, RequestFinished, SetSpec, SpecConfig, StepStarted, Tick
+from simctl.policies.efficientrollout import (
     DraftLengthController,
     EfficientRolloutSpeculation,
     acceptance_from_tau,
@@ -15,6 +14,7 @@ from policies.efficientrollout import (
     sd_toggle,
     tau_at_gamma,
 )
+
 from tests.policies.fakes import FakeView
 
 

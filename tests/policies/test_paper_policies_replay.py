@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from simctl.policies.beg_mab import Strategy
+from simctl.policies.efficientrollout import EfficientRolloutSpeculation
+from simctl.policies.registry import REGISTRY, make_policy
+from simctl.policies.tlt import tlt
+from simctl.sim.replay import PolicyRun, run_policy
 
-from policies.beg_mab import Strategy
-from policies.efficientrollout import EfficientRolloutSpeculation
-from policies.registry import REGISTRY, make_policy
-from policies.tlt import tlt
-from sim.replay import PolicyRun, run_policy
 from tests.factories import make_frame, make_setup, make_trace, random_lengths, run_one
 
 NAMES = [
@@ -25,9 +25,7 @@ ACCEPT = {"w4_self": 0.9, "eagle": 0.8, "ngram": 0.4}
 
 
 def _trace(steps: int = 1, n: int = 64, accept: dict[str, float] | None = None, seed: int = 0):
-    frames = [
-        make_frame(random_lengths(seed + s, n), step=s, accept=accept or ACCEPT) for s in range(steps)
-    ]
+    frames = [make_frame(random_lengths(seed + s, n), step=s, accept=accept or ACCEPT) for s in range(steps)]
     return make_trace(frames)
 
 

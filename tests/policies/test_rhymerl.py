@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pytest
-
-from policies.contract import (
+from simctl.policies.contract import (
     Assign,
     Defer,
     Migrate,
@@ -18,9 +17,10 @@ from policies.contract import (
     StepStarted,
     Tick,
 )
-from policies.rhymerl import VARIANTS
-from policies.rhymerl_pipe import HistoPipe, ascending, growth_beta, plan_allocation, ranking_groups
-from policies.rhymerl_spec import speculation_wins
+from simctl.policies.rhymerl import VARIANTS
+from simctl.policies.rhymerl_pipe import HistoPipe, ascending, growth_beta, plan_allocation, ranking_groups
+from simctl.policies.rhymerl_spec import speculation_wins
+
 from tests.factories import LinearCost, make_frame, make_trace, run_one
 from tests.policies.fakes import FakeView
 

@@ -8,18 +8,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pytest
-
-from policies.contract import (
+from simctl.policies.contract import (
     SPEC_OFF,
     Assign,
     ChunkFinished,
     RequestFinished,
     StepStarted,
 )
-from policies.seer import VARIANTS
-from policies.seer_acceptance import table2_tau
-from policies.seer_scheduler import SeerScheduler
-from policies.seer_spec import best_spec
+from simctl.policies.seer import VARIANTS
+from simctl.policies.seer_acceptance import table2_tau
+from simctl.policies.seer_scheduler import SeerScheduler
+from simctl.policies.seer_spec import best_spec
+
 from tests.factories import LinearCost, make_frame, make_trace, random_lengths, run_one
 from tests.policies.fakes import FakeView
 
@@ -40,8 +40,9 @@ def groups_view(groups: int = 3, size: int = 3, kv: int = 10**6, max_tokens: int
     for g in range(groups):
         for s in range(size):
             rid = g * size + s
-            view.add_request(rid, None, state="unassigned", prompt_id=g, sample=s, prompt_len=10,
-                             max_tokens=max_tokens)
+            view.add_request(
+                rid, None, state="unassigned", prompt_id=g, sample=s, prompt_len=10, max_tokens=max_tokens
+            )
     return view
 
 
@@ -55,9 +56,15 @@ def drive(sched: SeerScheduler, view: OracleView, events) -> list[int]:
     for ev in events:
         rid = ev.request
         gen = ev.generated if isinstance(ev, ChunkFinished) else ev.length
-        view.add_request(rid, None, state="unassigned" if isinstance(ev, ChunkFinished) else "finished",
-                         prompt_id=view.requests[rid].prompt_id, prompt_len=10, max_tokens=1000,
-                         generated=gen)
+        view.add_request(
+            rid,
+            None,
+            state="unassigned" if isinstance(ev, ChunkFinished) else "finished",
+            prompt_id=view.requests[rid].prompt_id,
+            prompt_len=10,
+            max_tokens=1000,
+            generated=gen,
+        )
         for r in assigned(sched.on_event(ev, view)):
             view.requests[r] = view.requests[r]._replace(state="running")
             order.append(r)
@@ -67,17 +74,21 @@ def drive(sched: SeerScheduler, view: OracleView, events) -> list[int]:
 def test_context_ordering_probes_each_group_shortest_first_then_longest_estimate_first() -> None:
     view = groups_view()
     sched = SeerScheduler("context", chunk_tokens=100, max_seqs=1)
-    order = drive(sched, view, [
-        ChunkFinished(1.0, request=0, worker=0, generated=100),  # probe of group 0 continues later
-        RequestFinished(2.0, request=3, worker=0, length=50),  # group 1 is short
-        RequestFinished(3.0, request=6, worker=0, length=500),  # group 2 is long
-        RequestFinished(4.0, request=0, worker=0, length=300),  # group 0 medium
-        RequestFinished(5.0, request=7, worker=0, length=400),
-        RequestFinished(6.0, request=8, worker=0, length=450),
-        RequestFinished(7.0, request=1, worker=0, length=300),
-        RequestFinished(8.0, request=2, worker=0, length=300),
-        RequestFinished(9.0, request=4, worker=0, length=50),
-    ])
+    order = drive(
+        sched,
+        view,
+        [
+            ChunkFinished(1.0, request=0, worker=0, generated=100),  # probe of group 0 continues later
+            RequestFinished(2.0, request=3, worker=0, length=50),  # group 1 is short
+            RequestFinished(3.0, request=6, worker=0, length=500),  # group 2 is long
+            RequestFinished(4.0, request=0, worker=0, length=300),  # group 0 medium
+            RequestFinished(5.0, request=7, worker=0, length=400),
+            RequestFinished(6.0, request=8, worker=0, length=450),
+            RequestFinished(7.0, request=1, worker=0, length=300),
+            RequestFinished(8.0, request=2, worker=0, length=300),
+            RequestFinished(9.0, request=4, worker=0, length=50),
+        ],
+    )
     # speculative requests (first of each group) shortest-generated-first, then groups by
     # their longest finished response: 2 (500), 0 (300), 1 (50)
     assert order == [0, 3, 6, 0, 7, 8, 1, 2, 4, 5]
@@ -86,18 +97,26 @@ def test_context_ordering_probes_each_group_shortest_first_then_longest_estimate
 def test_groups_without_a_finished_response_count_as_longest() -> None:
     view = groups_view(groups=2, size=2)
     sched = SeerScheduler("context", chunk_tokens=2000, max_seqs=1)
-    order = drive(sched, view, [
-        RequestFinished(1.0, request=0, worker=0, length=900),  # group 0 probe: long
-        ChunkFinished(2.0, request=2, worker=0, generated=2000),  # group 1 probe still running
-    ])
+    order = drive(
+        sched,
+        view,
+        [
+            RequestFinished(1.0, request=0, worker=0, length=900),  # group 0 probe: long
+            ChunkFinished(2.0, request=2, worker=0, generated=2000),  # group 1 probe still running
+        ],
+    )
     # group 1's estimate is the budget (1000 > 900): its probe continues first (SFS queue)
     assert order == [0, 2, 2]
     sched2 = SeerScheduler("context", chunk_tokens=2000, max_seqs=1)
     view2 = groups_view(groups=2, size=2)
-    order2 = drive(sched2, view2, [
-        RequestFinished(1.0, request=0, worker=0, length=100),
-        RequestFinished(2.0, request=2, worker=0, length=900),
-    ])
+    order2 = drive(
+        sched2,
+        view2,
+        [
+            RequestFinished(1.0, request=0, worker=0, length=100),
+            RequestFinished(2.0, request=2, worker=0, length=900),
+        ],
+    )
     assert order2 == [0, 2, 3]  # group 1 (900) before group 0 (100)
 
 
@@ -109,8 +128,9 @@ def test_fifo_and_oracle_orderings() -> None:
     assert fifo == [0, 1]
     view = groups_view(groups=2, size=2)
     view.oracle = {0: 10, 1: 700, 2: 300, 3: 50}
-    events = [RequestFinished(float(i), request=r, worker=0, length=view.oracle[r])
-              for i, r in enumerate([1, 2, 3])]
+    events = [
+        RequestFinished(float(i), request=r, worker=0, length=view.oracle[r]) for i, r in enumerate([1, 2, 3])
+    ]
     assert drive(SeerScheduler("oracle", max_seqs=1), view, events) == [1, 2, 3, 0]
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
-from policies.speactor_model import (
+from simctl.policies.speactor_model import (
     Affine,
     CostLaws,
     accept_distribution,
@@ -19,6 +18,7 @@ from policies.speactor_model import (
     tgs_decoupled,
     tokens_coupled,
 )
+
 from tests.factories import make_frame, make_trace, run_one
 
 

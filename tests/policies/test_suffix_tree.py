@@ -7,8 +7,14 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from policies.suffix_tree import Aimd, DraftRule, SuffixTree, accepted_length, occurrence_weight, ranked
+from simctl.policies.suffix_tree import (
+    Aimd,
+    DraftRule,
+    SuffixTree,
+    accepted_length,
+    occurrence_weight,
+    ranked,
+)
 
 
 def brute_children(refs: list[tuple[list[int], float]], context: list[int], lo: int, hi: int) -> dict:
@@ -65,8 +71,10 @@ def test_drafts_equal_brute_force(
 ) -> None:
     rng = random.Random(seed)
     lo, hi = lo_hi
-    make = (lambda n: [rng.randrange(vocab) for _ in range(n)]) if kind == "random" else (
-        lambda n: repetitive(rng, n, vocab)
+    make = (
+        (lambda n: [rng.randrange(vocab) for _ in range(n)])
+        if kind == "random"
+        else (lambda n: repetitive(rng, n, vocab))
     )
     refs = [(make(rng.randint(0, 60)), float(rng.choice([1, 2, 0.5]))) for _ in range(3)]
     tree = SuffixTree(lo, hi)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from policies.contract import (
+from simctl.policies.contract import (
     SPEC_OFF,
     RequestFinished,
     Role,
@@ -18,12 +17,13 @@ from policies.contract import (
     Tick,
     WorkerIdle,
 )
-from policies.tlt import DrafterLedger, SpotTrainer, TltSpeculation, elastic_active
-from sim.drafter_training import (
+from simctl.policies.tlt import DrafterLedger, SpotTrainer, TltSpeculation, elastic_active
+from simctl.sim.drafter_training import (
     DrafterTrainingParams,
     eagle_acceptance_scale,
     eagle_acceptance_scale_history,
 )
+
 from tests.policies.fakes import FakeView
 
 

@@ -10,10 +10,9 @@ import shutil
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
-from reports.build import build_report
-from reports.cli import report_cmd
-from reports.errors import ReportError
+from simctl.reports.build import build_report
+from simctl.reports.cli import report_cmd
+from simctl.reports.errors import ReportError
 
 EXPECTED_FIGURES = {
     "steps.png",

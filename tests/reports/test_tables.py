@@ -7,10 +7,9 @@ import math
 
 import pandas as pd
 import pytest
-
-from reports.errors import Notes
-from reports.load import load_study
-from reports.tables import Col, Table, headline_table, mark_best
+from simctl.reports.errors import Notes
+from simctl.reports.load import load_study
+from simctl.reports.tables import Col, Table, headline_table, mark_best
 
 
 def _doc(run_dir):

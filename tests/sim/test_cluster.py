@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from sim.cluster import ClusterSpec, parse_cluster
-from sim.hardware import get_gpu
+from simctl.sim.cluster import ClusterSpec, parse_cluster
+from simctl.sim.hardware import get_gpu
 
 
 @pytest.mark.parametrize(
@@ -26,8 +25,7 @@ from sim.hardware import get_gpu
         ("h100x1", 1, 1, "H100-SXM-80GB", 1, 1),
     ],
 )
-def test_parse_names(spec: str, nodes: int, per_node: int, gpu: str, tp: int,
-                     workers: int) -> None:
+def test_parse_names(spec: str, nodes: int, per_node: int, gpu: str, tp: int, workers: int) -> None:
     c = parse_cluster(spec)
     assert (c.nodes, c.gpus_per_node, c.gpu.name, c.tp) == (nodes, per_node, gpu, tp)
     assert c.total_gpus == nodes * per_node and c.num_workers == workers
@@ -60,8 +58,11 @@ def _write(tmp_path: Path, body: str, name: str = "x.toml") -> Path:
 
 
 def test_toml_with_overrides(tmp_path: Path) -> None:
-    path = _write(tmp_path, 'nodes = 4\ngpus_per_node = 8\ngpu = "H800"\ntp = 8\n'
-                            "gpu_mem_util = 0.85\nnvlink_gbps = 200\nrdma_gbps = 25.5\n")
+    path = _write(
+        tmp_path,
+        'nodes = 4\ngpus_per_node = 8\ngpu = "H800"\ntp = 8\n'
+        "gpu_mem_util = 0.85\nnvlink_gbps = 200\nrdma_gbps = 25.5\n",
+    )
     c = parse_cluster(path)
     assert (c.nodes, c.tp, c.num_workers, c.gpu_mem_util) == (4, 8, 4, 0.85)
     assert c.gpu.nvlink_bw == pytest.approx(200e9) and c.gpu.rdma_bw == pytest.approx(25.5e9)
@@ -77,14 +78,15 @@ def test_toml_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "fragment"),
     [
-        ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\ntp = 3\n',
-         "cluster file x.toml: field 'tp'=3 does not divide gpus_per_node=8"),
+        (
+            'nodes = 1\ngpus_per_node = 8\ngpu = "h100"\ntp = 3\n',
+            "cluster file x.toml: field 'tp'=3 does not divide gpus_per_node=8",
+        ),
         ('gpus_per_node = 8\ngpu = "h100"\n', "missing field 'nodes'"),
         ('nodes = 0\ngpus_per_node = 8\ngpu = "h100"\n', "field 'nodes'=0"),
         ('nodes = "2"\ngpus_per_node = 8\ngpu = "h100"\n', "field 'nodes'='2'"),
         ('nodes = 1\ngpus_per_node = 8\ngpu = "tpu"\n', "field 'gpu'"),
-        ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\ngpu_mem_util = 1.5\n',
-         "field 'gpu_mem_util'=1.5"),
+        ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\ngpu_mem_util = 1.5\n', "field 'gpu_mem_util'=1.5"),
         ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\nspeed = 3\n', "unknown field 'speed'"),
         ("nodes = = 1\n", "cannot read"),
     ],

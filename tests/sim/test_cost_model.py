@@ -9,17 +9,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from sim.cluster import parse_cluster
-from sim.cost_model import (
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import (
     CostModel,
     ProfiledCostModel,
     RooflineCostModel,
     load_cost_model,
     nnls,
 )
-from sim.hardware import get_gpu
-from sim.models import get_model
+from simctl.sim.hardware import get_gpu
+from simctl.sim.models import get_model
 
 Q32_H100_TP4 = RooflineCostModel(get_model("Qwen2.5-32B"), get_gpu("h100"), 4)
 Q7_A100_TP1 = RooflineCostModel(get_model("Qwen2.5-7B"), get_gpu("a100"), 1)
@@ -94,7 +93,8 @@ def test_drafter_costs() -> None:
         assert 1e-6 < per_seq_step < 100e-6
         assert float(cm.draft_time(cpu, 1, 2048, 0)) == 0.0
     assert float(cm.draft_time("w4-self", 8, 8 * 2048, 4)) == pytest.approx(
-        4 * float(cm.draft_time("w4-self", 8, 8 * 2048, 1)))
+        4 * float(cm.draft_time("w4-self", 8, 8 * 2048, 1))
+    )
     with pytest.raises(ValueError, match="unknown drafter 'medusa'"):
         cm.draft_time("medusa", 1, 100, 2)
 
@@ -122,8 +122,7 @@ def test_monotone_in_context(cm: RooflineCostModel, b: int, g: int, c1: int, c2:
 
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(MODELS), BATCH, st.integers(0, 16), st.integers(0, 16), CTX)
-def test_monotone_in_new_tokens(cm: RooflineCostModel, b: int, g1: int, g2: int,
-                                ctx: int) -> None:
+def test_monotone_in_new_tokens(cm: RooflineCostModel, b: int, g1: int, g2: int, ctx: int) -> None:
     lo, hi = sorted((g1, g2))
     assert verify(cm, b, lo, ctx) <= verify(cm, b, hi, ctx) * (1 + 1e-12)
 
@@ -139,13 +138,16 @@ def test_arrays_match_scalar_loops() -> None:
         assert vec.dtype == np.float64 and vec.shape == (200,)
         loop = [float(cm.iteration_time(int(x), int(y), int(z))) for x, y, z in zip(b, n, ctx, strict=True)]
         np.testing.assert_allclose(vec, loop, rtol=1e-9)
-        np.testing.assert_allclose(cm.prefill_time(ctx[:20]),
-                                   [float(cm.prefill_time(int(t))) for t in ctx[:20]], rtol=1e-9)
+        np.testing.assert_allclose(
+            cm.prefill_time(ctx[:20]), [float(cm.prefill_time(int(t))) for t in ctx[:20]], rtol=1e-9
+        )
     g = rng.integers(0, 8, 50)
     for drafter in DRAFTERS:
         vec = Q32_H100_TP4.draft_time(drafter, b[:50], ctx[:50], g)
-        loop = [float(Q32_H100_TP4.draft_time(drafter, int(x), int(z), int(k)))
-                for x, z, k in zip(b[:50], ctx[:50], g, strict=True)]
+        loop = [
+            float(Q32_H100_TP4.draft_time(drafter, int(x), int(z), int(k)))
+            for x, z, k in zip(b[:50], ctx[:50], g, strict=True)
+        ]
         np.testing.assert_allclose(vec, loop, rtol=1e-9)
 
 
@@ -184,10 +186,25 @@ def _profile(laws: dict[str, tuple[float, ...]]) -> dict:
                     t = c0 + c1 * b + c2 * n + c3 * ctx
                     if kind.startswith("draft"):
                         t *= gamma
-                    rows.append({"kind": kind, "num_seqs": b, "new_tokens": n,
-                                 "context_tokens": ctx, "gamma": gamma, "time_s": t})
-    return {"format": "simctl-profile/1", "backend": "synthetic", "model": "Qwen2.5-32B",
-            "device": "test", "tp": 4, "kv_capacity_tokens": 800_000, "measurements": rows}
+                    rows.append(
+                        {
+                            "kind": kind,
+                            "num_seqs": b,
+                            "new_tokens": n,
+                            "context_tokens": ctx,
+                            "gamma": gamma,
+                            "time_s": t,
+                        }
+                    )
+    return {
+        "format": "simctl-profile/1",
+        "backend": "synthetic",
+        "model": "Qwen2.5-32B",
+        "device": "test",
+        "tp": 4,
+        "kv_capacity_tokens": 800_000,
+        "measurements": rows,
+    }
 
 
 def test_profile_round_trip(tmp_path: Path) -> None:
@@ -200,13 +217,15 @@ def test_profile_round_trip(tmp_path: Path) -> None:
     assert prof.kv_capacity_tokens == 800_000
     assert prof.weight_bytes_per_gpu == pytest.approx(65.5e9 / 4, rel=0.01)
     c0, c1, c2, c3 = LAWS["verify"]
-    assert float(prof.iteration_time(8, 40, 8000)) == pytest.approx(c0 + 8 * c1 + 40 * c2
-                                                                    + 8000 * c3)
+    assert float(prof.iteration_time(8, 40, 8000)) == pytest.approx(c0 + 8 * c1 + 40 * c2 + 8000 * c3)
     c0, c1, c2, c3 = LAWS["decode"]
-    np.testing.assert_allclose(prof.iteration_time(np.array([8, 8]), np.array([8, 16]), 0),
-                               [c0 + 8 * c1 + 8 * c2, prof.iteration_time(8, 16, 0)])
+    np.testing.assert_allclose(
+        prof.iteration_time(np.array([8, 8]), np.array([8, 16]), 0),
+        [c0 + 8 * c1 + 8 * c2, prof.iteration_time(8, 16, 0)],
+    )
     assert float(prof.draft_time("model:qwen2.5-0.5b", 2, 100, 3)) == pytest.approx(
-        3 * (0.6e-3 + 2 * 8e-6 + 100 * 1e-10))
+        3 * (0.6e-3 + 2 * 8e-6 + 100 * 1e-10)
+    )
     with pytest.raises(ValueError, match="no 'draft:eagle'"):
         prof.draft_time("eagle", 1, 1, 1)
 
@@ -268,9 +287,9 @@ def test_load_cost_model(tmp_path: Path) -> None:
 
 def test_scalar_batch_fast_path_equals_general_path() -> None:
     """The engine's fast path (scalar batch, array of contexts) must equal the general one."""
-    from sim.cluster import parse_cluster
-    from sim.cost_model import RooflineCostModel
-    from sim.models import get_model
+    from simctl.sim.cluster import parse_cluster
+    from simctl.sim.cost_model import RooflineCostModel
+    from simctl.sim.models import get_model
 
     for name, tp in (("qwen2.5-32b", 4), ("qwen3-235b-a22b", 8), ("qwen2.5-7b", 1)):
         spec = parse_cluster(f"h100x8:tp{tp}")

@@ -131,7 +131,7 @@ def test_kv_overflow_preempts_and_still_finishes_everything() -> None:
 
 
 def test_request_longer_than_kv_capacity_is_a_clear_error() -> None:
-    from sim.engine import SimError
+    from simctl.sim.engine import SimError
 
     trace = make_trace(make_frame([5000] * 4))
     with pytest.raises(SimError, match="KV capacity 1000 tokens"):
@@ -169,7 +169,7 @@ class _CountTicks:
     """verl placement plus a tick every 8 iterations that changes nothing."""
 
     def __init__(self) -> None:
-        from policies.registry import make_policy
+        from simctl.policies.registry import make_policy
 
         self.inner = make_policy("verl")
         self.name = "count-ticks"
@@ -178,7 +178,7 @@ class _CountTicks:
         self.ticks: list[tuple[int, int]] = []
 
     def on_event(self, event, view):
-        from policies.contract import Tick
+        from simctl.policies.contract import Tick
 
         if isinstance(event, Tick):
             self.ticks.append((event.worker, event.iteration))
@@ -190,7 +190,7 @@ class _CountTicks:
 
 
 def test_ticks_are_reported_every_period_without_ending_the_block() -> None:
-    from policies import registry
+    from simctl.policies import registry
 
     trace = make_trace(make_frame(random_lengths(4, 32, hi=600)))
     policy = _CountTicks()
@@ -215,7 +215,7 @@ def test_ticks_are_reported_every_period_without_ending_the_block() -> None:
 def test_uniform_drafting_shortcut_prices_like_the_general_path(policy: str, monkeypatch) -> None:
     """Every plan of a run priced both ways: the shortcut for "all rows draft alike,
     coupled" (the batch the plan already counted) must equal the per-method general path."""
-    from sim.worker import Worker
+    from simctl.sim.worker import Worker
 
     general = Worker._draft_times
     checked = []

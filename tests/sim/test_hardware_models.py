@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from sim.hardware import DEFAULT_GPU, GPUS, get_gpu
-from sim.models import MODELS, SMOLLM2_135M, get_model
+from simctl.sim.hardware import DEFAULT_GPU, GPUS, get_gpu
+from simctl.sim.models import MODELS, SMOLLM2_135M, get_model
 
 
 @pytest.mark.parametrize(
@@ -60,8 +59,7 @@ def test_datasheet_numbers() -> None:
         ("SmolLM2-135M", 0.135, 0.135, 0.02),
     ],
 )
-def test_param_counts_match_model_cards(name: str, total_b: float, active_b: float,
-                                        rel: float) -> None:
+def test_param_counts_match_model_cards(name: str, total_b: float, active_b: float, rel: float) -> None:
     m = get_model(name)
     assert m.param_count() / 1e9 == pytest.approx(total_b, rel=rel)
     assert m.active_param_count() / 1e9 == pytest.approx(active_b, rel=rel)
@@ -88,7 +86,14 @@ def test_flops_per_token() -> None:
 def test_smollm2_architecture() -> None:
     s = SMOLLM2_135M
     assert (s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim, s.ffn, s.vocab) == (
-        30, 576, 9, 3, 64, 1536, 49152)
+        30,
+        576,
+        9,
+        3,
+        64,
+        1536,
+        49152,
+    )
     assert s.tie_embeddings
 
 

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from simctl.traces.io import write_trace
+from simctl.traces.schema import TraceMeta
 
-from sim.cli import main
+from simctl.cli import main
 from tests.factories import make_frame, random_lengths
-from traces.io import write_trace
-from traces.schema import TraceMeta
 
 STEP_KEYS = {
     "step",

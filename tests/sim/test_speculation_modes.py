@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
-from policies.contract import (
+from simctl.policies.contract import (
     SPEC_OFF,
     SPEC_PLAIN,
     Assign,
@@ -22,9 +21,10 @@ from policies.contract import (
     StepStarted,
     WorkerIdle,
 )
-from sim.acceptance import stall_after_rejection
-from sim.engine import SimError
-from sim.replay import replay
+from simctl.sim.acceptance import stall_after_rejection
+from simctl.sim.engine import SimError
+from simctl.sim.replay import replay
+
 from tests.factories import LinearCost, make_frame, make_setup, make_trace
 
 
@@ -55,7 +55,7 @@ class OneWorkerSpec(Policy):
 
 
 def _run(policy: Policy, trace, cluster: str = "h100x8", seed: int = 0):
-    from policies import registry
+    from simctl.policies import registry
 
     registry.register("test-policy", lambda: policy, "test")
     try:

@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from simctl.policies.suffix_tree import REWARD_COUNT_EPS, Aimd, DraftRule, SuffixTree, accepted_length
+from simctl.sim.state import FINISHED, StepState
+from simctl.sim.token_replay import StepReplay, TraceTokens, ngram_keys
+from simctl.traces.io import Trace
+from simctl.traces.schema import TraceMeta
 
-from policies.suffix_tree import REWARD_COUNT_EPS, Aimd, DraftRule, SuffixTree, accepted_length
-from sim.state import FINISHED, StepState
-from sim.token_replay import StepReplay, TraceTokens, ngram_keys
 from tests.factories import LinearCost, run_one
-from traces.io import Trace
-from traces.schema import TraceMeta
 
 PROMPT = [101, 102, 103, 104, 105]
 
@@ -31,8 +31,10 @@ def token_trace(epochs: list[list[list[int]]], rewards: list[list[float]] | None
         for s, resp in enumerate(group):
             r = rewards[e][s] if rewards else 1.0
             rows.append((e, 0, s, e, len(PROMPT), len(resp), r, resp))
-    df = pd.DataFrame(rows, columns=["step", "prompt_id", "sample", "epoch", "prompt_len", "response_len",
-                                     "reward", "tokens"])
+    df = pd.DataFrame(
+        rows,
+        columns=["step", "prompt_id", "sample", "epoch", "prompt_len", "response_len", "reward", "tokens"],
+    )
     df["max_tokens"] = int(df["response_len"].max())
     df["accept_history"] = 0.5  # the engine needs the columns; exact replay ignores them
     df["accept_suffix"] = 0.5
@@ -91,8 +93,9 @@ def test_history_verdicts_equal_drafting_with_the_suffix_tree(seed: int) -> None
             assert min(int(run[p]), depth) == accepted_length(paths, resp[p:])
 
 
-@pytest.mark.parametrize(("seed", "paths", "source"), [(0, 1, "group"), (1, 2, "group"), (2, 4, "group"),
-                                                       (3, 1, "own")])
+@pytest.mark.parametrize(
+    ("seed", "paths", "source"), [(0, 1, "group"), (1, 2, "group"), (2, 4, "group"), (3, 1, "own")]
+)
 def test_group_replay_equals_drafting_with_the_suffix_tree(seed: int, paths: int, source: str) -> None:
     _, group = base_responses(seed, 4, 150)
     trace = token_trace([group])
@@ -156,9 +159,18 @@ def test_aimd_window_reaches_its_cap_on_a_response_repeated_exactly() -> None:
 def test_group_acceptance_model_rises_with_visible_siblings_and_paths() -> None:
     """Without token ids: Seer Table 2, by the references a request can see."""
     lengths = [400] * 8
-    df = pd.DataFrame({"step": 0, "prompt_id": 0, "sample": range(8), "prompt_len": 10,
-                       "response_len": lengths, "max_tokens": 400, "finish_reason": "length",
-                       "accept_suffix": 0.5})
+    df = pd.DataFrame(
+        {
+            "step": 0,
+            "prompt_id": 0,
+            "sample": range(8),
+            "prompt_len": 10,
+            "response_len": lengths,
+            "max_tokens": 400,
+            "finish_reason": "length",
+            "accept_suffix": 0.5,
+        }
+    )
     state = StepState.from_frame(df, 0)
     replay = StepReplay(state, np.arange(8), None, {"suffix": DraftRule(source="group")})
     rule = replay.rules["suffix"]
@@ -205,7 +217,8 @@ def test_model_blocks_go_on_past_fetch_ticks_until_the_acceptance_drifts(monkeyp
     """Without token ids, Seer's grouped SD samples acceptance from Table 2 by visible
     siblings; a block re-plans at a fetch tick only when that acceptance moved by more than
     MODEL_DRIFT. Re-planning at every tick instead gives the same rollout in distribution."""
-    import sim.engine as engine
+    import simctl.sim.engine as engine
+
     from tests.factories import make_frame, make_trace, random_lengths
 
     lengths = random_lengths(7, 64, lo=200, hi=3000)
@@ -228,8 +241,8 @@ def test_exact_ngram_replay_equals_the_live_prompt_lookup_drafter(seed: int) -> 
     """The simulator's exact replay of `ngram` drafts what the torch engine's drafter would
     (live.acceptance.replay_model_free runs that drafter): same iterations, drafts, hits."""
     pytest.importorskip("torch")
-    from live.acceptance import replay_model_free
-    from policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH
+    from simctl.live.acceptance import replay_model_free
+    from simctl.policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH
 
     _, responses = base_responses(seed, 3, 300)
     trace = token_trace([responses])

@@ -8,12 +8,11 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from traces.generate import MAX_TOKEN_IDS, VOCAB, generate_trace, write_generated
-from traces.io import read_trace
-from traces.presets import ACCEPT_BUCKET_TOKENS, PRESETS, get_preset
-from traces.schema import FINISH_REASONS, KNOWN_METHODS, accept_column, bucket_column, column_type
-from traces.validate import validate_file
+from simctl.traces.generate import MAX_TOKEN_IDS, VOCAB, generate_trace, write_generated
+from simctl.traces.io import read_trace
+from simctl.traces.presets import ACCEPT_BUCKET_TOKENS, PRESETS, get_preset
+from simctl.traces.schema import FINISH_REASONS, KNOWN_METHODS, accept_column, bucket_column, column_type
+from simctl.traces.validate import validate_file
 
 # A small slice of every preset: a few prompts per step, few steps.
 SMALL = {name: max(0.002, 4 / p.prompts_per_step) for name, p in PRESETS.items()}

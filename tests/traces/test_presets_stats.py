@@ -13,9 +13,8 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from traces.generate import generate_trace
-from traces.presets import (
+from simctl.traces.generate import generate_trace
+from simctl.traces.presets import (
     HISTORY_EPOCH0_ACCEPT,
     METHOD_SHAPES,
     PRESETS,
@@ -25,7 +24,7 @@ from traces.presets import (
     per_token_acceptance,
     suffix_acceptance,
 )
-from traces.schema import KNOWN_METHODS, accept_column
+from simctl.traces.schema import KNOWN_METHODS, accept_column
 
 STEPS = 100
 SCALE = {
@@ -67,8 +66,8 @@ def step_log_mean(df: pd.DataFrame) -> np.ndarray:
 
 
 def test_presets_cover_known_methods_and_catalogue() -> None:
-    from sim.hardware import get_gpu
-    from sim.models import get_model
+    from simctl.sim.hardware import get_gpu
+    from simctl.sim.models import get_model
 
     for p in PRESETS.values():
         assert set(p.accept) == set(KNOWN_METHODS)

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from simctl.traces.io import read_trace, write_trace
+from simctl.traces.schema import METADATA_KEY, TraceMeta
+from simctl.traces.validate import validate_file
 
-from sim.cli import main
+from simctl.cli import main
 from tests.factories import make_frame
-from traces.io import read_trace, write_trace
-from traces.schema import METADATA_KEY, TraceMeta
-from traces.validate import validate_file
 
 
 def _write(tmp_path: Path, df: pd.DataFrame, lists=None, meta: TraceMeta | None = None) -> Path:
@@ -176,7 +176,7 @@ def test_inspect_prints_summary_and_writes_plot(tmp_path: Path) -> None:
 
 
 def test_inspect_numbers(tmp_path: Path) -> None:
-    from traces.inspect import step_summary, top_decile_token_share
+    from simctl.traces.inspect import step_summary, top_decile_token_share
 
     trace = read_trace(_write(tmp_path, _good()))
     row = step_summary(trace).iloc[0]
@@ -194,7 +194,7 @@ def test_metadata_json_is_plain(tmp_path: Path) -> None:
 
 
 def test_schema_page_documents_every_column() -> None:
-    from traces.schema import KNOWN_METHODS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+    from simctl.traces.schema import KNOWN_METHODS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 
     text = (Path(__file__).parents[2] / "traces" / "SCHEMA.md").read_text()
     for col in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from traces.cli import trace_group
+from simctl.traces.cli import trace_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -17,10 +17,10 @@ main.add_command(trace_group)
 
 
 def _register() -> None:
-    from live.calibrate import calibrate_cmd
-    from live.cli import live_cmd
-    from reports.cli import report_cmd
-    from sim.replay_cli import policies_cmd, replay_cmd
+    from simctl.live.calibrate import calibrate_cmd
+    from simctl.live.cli import live_cmd
+    from simctl.replay_cmd import policies_cmd, replay_cmd
+    from simctl.reports.cli import report_cmd
 
     main.add_command(replay_cmd)
     main.add_command(policies_cmd)

@@ -12,37 +12,17 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from policies.registry import REGISTRY, UnknownPolicyError, make_policy
-from sim.cluster import parse_cluster
-from sim.cost_model import load_cost_model
-from sim.engine import EngineConfig, SimError
-from sim.models import get_model
-from sim.replay import PolicyRun, ReplaySetup, replay
-from traces.io import TraceError, atomic_write
-from traces.validate import load_valid_trace
+from simctl.policies.registry import REGISTRY, UnknownPolicyError, make_policy
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import load_cost_model
+from simctl.sim.engine import EngineConfig, SimError
+from simctl.sim.models import get_model
+from simctl.sim.replay import PolicyRun, ReplaySetup, replay
+from simctl.traces.io import TraceError, atomic_write
+from simctl.traces.steps import parse_steps
+from simctl.traces.validate import load_valid_trace
 
 DEFAULT_CLUSTER = "h100x512"
-
-
-def parse_steps(text: str | None, available: list[int]) -> list[int]:
-    """`A:B` (inclusive A, exclusive B, either side optional) or `N` over the trace's steps."""
-    if not text:
-        return available
-    try:
-        if ":" in text:
-            a, b = text.split(":", 1)
-            lo = int(a) if a else min(available)
-            hi = int(b) if b else max(available) + 1
-            chosen = [s for s in available if lo <= s < hi]
-        else:
-            chosen = [s for s in available if s == int(text)]
-    except ValueError:
-        raise click.BadParameter(f"'{text}' is not N or A:B", param_hint="--steps") from None
-    if not chosen:
-        raise click.BadParameter(
-            f"'{text}' selects no step; trace has steps {available[0]}..{available[-1]}", param_hint="--steps"
-        )
-    return chosen
 
 
 def build_setup(
@@ -258,7 +238,7 @@ def replay_cmd(
         write_run_dir(out, doc, runs)
         click.echo(f"wrote run directory {out}")
     if report_dir:
-        from reports.build import build_report
+        from simctl.reports.build import build_report
 
         index = build_report([out], report_dir, baseline=baseline)
         click.echo(f"report: {index}")
