@@ -19,7 +19,8 @@ main.add_command(trace_group)
 def _register() -> None:
     from simctl.live.calibrate import calibrate_cmd
     from simctl.live.cli import live_cmd
-    from simctl.replay_cmd import policies_cmd, replay_cmd
+    from simctl.policies_cmd import policies_cmd
+    from simctl.replay_cmd import replay_cmd
     from simctl.reports.cli import report_cmd
 
     main.add_command(replay_cmd)

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from simctl.policies.registry import REGISTRY, UnknownPolicyError, make_policy
+from simctl.policies.registry import UnknownPolicyError, make_policy
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
 from simctl.sim.engine import EngineConfig, SimError
@@ -242,10 +242,3 @@ def replay_cmd(
 
         index = build_report([out], report_dir, baseline=baseline)
         click.echo(f"report: {index}")
-
-
-@click.command("policies")
-def policies_cmd() -> None:
-    """List policies runnable by name."""
-    for name, (_, text) in sorted(REGISTRY.items()):
-        click.echo(f"{name:28s} {text}")
