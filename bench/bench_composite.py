@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scheduling_policies import rhymerl_setup, seer_setup
 from bench_speactor import setup as speactor_setup
 from bench_speculation_policies import setup_for
+
 from simctl.sim.replay import ReplaySetup, run_policy
 from simctl.traces.io import Trace
 

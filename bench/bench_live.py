@@ -90,6 +90,7 @@ def model_check(iterations: Path, profile: Path, clock: str = "engine_s") -> dic
     all iterations and over those that verified drafts; and the live engine's CPU share."""
     import numpy as np
     import pandas as pd
+
     from simctl.sim.cost_model import ProfiledCostModel
     from simctl.sim.engine import DRAFTERS
 

@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from simctl.sim.cluster import ClusterSpec, parse_cluster
 from simctl.sim.cost_model import DEFAULT_PARAMS, RooflineCostModel
 from simctl.sim.hardware import get_gpu

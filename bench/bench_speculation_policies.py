@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import RooflineCostModel
 from simctl.sim.models import get_model

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+
 from simctl.policies.registry import UnknownPolicyError, make_policy
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
 from simctl.live.acceptance import fit_alpha, replay_model_free
 from simctl.live.drafters import MODEL_FREE
 from simctl.live.executor import ITERATION_COLUMNS, Overhead, StepRecord

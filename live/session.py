@@ -107,6 +107,7 @@ class BackendSpec:
                 kv_gib=self.kv_gib,
             )
         import torch
+
         from simctl.live.models import load_model
 
         torch.set_num_threads(self.threads)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from simctl.traces.io import TraceError
 from simctl.traces.schema import StepTiming
 from simctl.traces.validate import load_valid_trace

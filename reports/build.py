@@ -25,6 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+
 from simctl.reports.context import Context, FigureOut
 from simctl.reports.errors import Notes, ReportError
 from simctl.reports.fig_dynamics import acceptance_figure, completion_figure, load_figure, speculation_figure

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from simctl.reports.errors import Notes
 from simctl.reports.load import Run, Series, Study
 from simctl.reports.style import LineStyle, series_styles

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from simctl.reports.context import Context, FigureOut, sum_on_grid, time_grid
 from simctl.reports.load import Series
 from simctl.reports.style import legend, save, step_axis, subplots

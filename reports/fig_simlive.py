@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from simctl.reports.context import Context, FigureOut
 from simctl.reports.fig_dynamics import cdf_points
 from simctl.reports.load import Series

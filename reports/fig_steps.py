@@ -8,6 +8,7 @@ curves sit next to the headline table.
 from __future__ import annotations
 
 import numpy as np
+
 from simctl.reports.context import Context, FigureOut
 from simctl.reports.style import legend, save, step_axis, subplots
 from simctl.reports.tables import baseline_for

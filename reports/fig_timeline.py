@@ -20,6 +20,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LinearSegmentedColormap, Normalize
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
+
 from simctl.reports.context import Context, FigureOut, slug
 from simctl.reports.load import Series
 from simctl.reports.style import ROLE_COLORS, save, subplots

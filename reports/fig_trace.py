@@ -8,6 +8,7 @@ enough (and a 200-step trace is read for three columns only).
 from __future__ import annotations
 
 import numpy as np
+
 from simctl.reports.context import Context, FigureOut
 from simctl.reports.style import PALETTE, legend, save, step_axis, subplots
 

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from simctl.reports.errors import Notes, ReportError
 
 STEP_METRICS = (

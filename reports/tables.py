@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
 from simctl.reports.errors import Notes
 from simctl.reports.load import Series, Study
 

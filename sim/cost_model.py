@@ -49,6 +49,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
+
 from simctl.sim.cluster import ClusterSpec
 from simctl.sim.hardware import GPUSpec
 from simctl.sim.models import ModelSpec, get_model

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import simpy
+
 from simctl.policies.contract import (
     Action,
     Assign,

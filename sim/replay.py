@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
 from simctl.policies.contract import ModelInfo, PromptHistory
 from simctl.policies.registry import make_policy
 from simctl.sim.cluster import ClusterSpec

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
 from simctl.policies.contract import SPEC_OFF, SpecConfig
 from simctl.traces.schema import FILL_PREFIX, HIT_PREFIX, accept_column
 

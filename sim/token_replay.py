@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from simctl.policies.seer_acceptance import TABLE2_DRAFT, per_token_acceptance, table2_tau
 from simctl.policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH, REWARD_COUNT_EPS, DraftRule
 from simctl.sim.acceptance import sample_tokens

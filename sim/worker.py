@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
+
 from simctl.policies.contract import SPEC_OFF, Role, SpecConfig, Tick, WorkerIdle
 from simctl.sim.acceptance import expected_tokens, stall_after_rejection, tree_acceptance
 from simctl.sim.state import PLAIN_GAMMA, RUNNING, WAITING

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+
 from simctl.traces.io import TraceError
 
 
@@ -72,6 +73,7 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     """Per-step lengths, clip fraction, tail share and acceptance of a trace."""
     from rich.console import Console
     from rich.table import Table
+
     from simctl.traces.inspect import plot_lengths, step_summary
     from simctl.traces.validate import load_valid_trace
 

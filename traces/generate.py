@@ -70,6 +70,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
 from simctl.traces.io import write_trace
 from simctl.traces.presets import (
     ACCEPT_BUCKET_TOKENS,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from simctl.traces.io import Trace, atomic_write
 from simctl.traces.schema import accept_column, acceptance_methods
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from simctl.traces.schema import METADATA_KEY, TraceMeta, column_type
 
 

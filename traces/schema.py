@@ -14,6 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from simctl.policies.draft_methods import DraftMethod
+
 SCHEMA_VERSION = 1
 # Key of the JSON blob in the Parquet key/value metadata.
 METADATA_KEY = b"simctl.trace"
@@ -71,15 +73,8 @@ ACCEPT_PREFIX = "accept_"
 BUCKET_SUFFIX = "_buckets"
 METHOD_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # Draft methods the generators emit; others are allowed if they match METHOD_RE.
-KNOWN_METHODS: dict[str, str] = {
-    "ngram": "prompt-lookup n-gram drafter over the request's own tokens",
-    "suffix": "suffix-tree drafter over the request's and its group's tokens (Seer)",
-    "history": "suffix tree over the previous epoch's responses to the prompt (RhymeRL)",
-    "draft_small": "small draft model, ~0.5B for a 32B target (SpecActor)",
-    "draft_medium": "medium draft model, ~1.5B for a 32B target (SpecActor)",
-    "w4_self": "W4 RTN quantized copy of the target (EfficientRollout)",
-    "eagle": "single-layer EAGLE-style drafter trained on the target (TLT)",
-}
+# Every drafting method, from the one list (policies/draft_methods.py).
+KNOWN_METHODS: dict[str, str] = {m.value: m.description for m in DraftMethod}
 
 
 # `draft_fill_<method>`: fraction of the gamma draft slots the drafter actually filled

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
 from simctl.traces.io import Trace, TraceError, open_parquet, read_meta, read_trace
 from simctl.traces.schema import (
     ACCEPT_PREFIX,

@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
+
 from simctl.live.torch_engine.kv_cache import KVBuffer
 from simctl.live.torch_engine.ragged_forward import ragged_forward
 

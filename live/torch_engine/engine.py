@@ -20,6 +20,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+
 from simctl.live.torch_engine.drafters import Drafter, DraftItem, propose_many
 from simctl.live.torch_engine.kv_cache import KVBuffer
 from simctl.live.torch_engine.ragged_forward import ragged_forward

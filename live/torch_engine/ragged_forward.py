@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
 from simctl.live.torch_engine.kv_cache import KVBuffer, build_padded_cache, read_new_entries
 
 

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from click.testing import CliRunner  # noqa: E402
+
 from simctl.live.calibrate import calibrate_cmd  # noqa: E402
 from simctl.sim.cost_model import ProfiledCostModel  # noqa: E402
 

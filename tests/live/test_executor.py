@@ -18,6 +18,7 @@ import itertools
 
 import numpy as np
 import pytest
+
 from simctl.live.backend import Delta, StepTiming
 from simctl.live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveError, LiveExecutor
 from simctl.live.recorder import PolicyRun, write_recording
@@ -51,7 +52,6 @@ from simctl.sim.state import StepState
 from simctl.traces.io import write_trace
 from simctl.traces.schema import KNOWN_METHODS, TraceMeta
 from simctl.traces.validate import validate_file
-
 from tests.factories import LinearCost, make_frame
 
 KV = 10**9
@@ -351,6 +351,7 @@ def test_iteration_records_are_what_the_cost_model_prices(trace_file: Path) -> N
     """One row per engine iteration: batch, query tokens (batch + drafted), context and the
     prompt tokens admitted since the previous iteration, as the simulator prices them."""
     import pandas as pd
+
     from simctl.live.executor import ITERATION_COLUMNS
 
     workload = from_trace(trace_file, vocab=256, steps=[0])

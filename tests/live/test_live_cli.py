@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from click.testing import CliRunner  # noqa: E402
+
 from simctl.live.cli import live_cmd  # noqa: E402
 from simctl.traces.io import read_trace  # noqa: E402
 from simctl.traces.validate import validate_file  # noqa: E402
@@ -90,6 +91,7 @@ def test_run_directory_has_replay_keys(run_dir: Path) -> None:
     for name in ("requests", "timeline", "roles", "iterations"):
         assert (run_dir / f"{name}.parquet").is_file()
     import pandas as pd
+
     from simctl.live.executor import ITERATION_COLUMNS
 
     it = pd.read_parquet(run_dir / "iterations.parquet")
@@ -278,7 +280,6 @@ def test_vllm_backend_live_run(tmp_path: Path) -> None:
     # policies on as many workers, places every request on the engine that served it live
     from simctl.sim.replay import replay
     from simctl.traces.io import read_trace
-
     from tests.factories import make_setup
 
     sim_runs = replay(make_setup(read_trace(out / "trace.parquet"), cluster="h100x2:tp1"), ["verl", "ngram"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from simctl.sim.cost_model import ProfiledCostModel
 
 BATCHES = (1, 2, 4, 8, 16, 32)

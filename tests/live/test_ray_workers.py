@@ -16,7 +16,6 @@ from simctl.live.workload import from_trace  # noqa: E402
 from simctl.policies.registry import make_policy  # noqa: E402
 from simctl.traces.io import write_trace  # noqa: E402
 from simctl.traces.schema import TraceMeta  # noqa: E402
-
 from tests.factories import LinearCost  # noqa: E402
 from tests.live.test_executor import INFO, KV, ScriptedEngine, _frame  # noqa: E402
 
@@ -129,6 +128,7 @@ def test_simctl_live_ray_records_what_an_in_process_run_records(cluster, tmp_pat
     actor from the same seed) generates the same tokens as in-process engines."""
     import torch
     from click.testing import CliRunner
+
     from simctl.live.cli import live_cmd
     from simctl.traces.io import read_trace
 

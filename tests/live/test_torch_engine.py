@@ -20,6 +20,7 @@ pytest.importorskip("transformers")
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+
 from simctl.live.torch_engine import (  # noqa: E402
     Drafter,
     KVBuffer,

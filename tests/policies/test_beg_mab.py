@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from simctl.policies.beg_mab import DEFAULT_THRESHOLDS, BegMab, Strategy, default_strategies, reward
 
 

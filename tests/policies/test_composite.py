@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from simctl.policies.best_drafter import (
     MODEL_FREE,
     MULTI_PATH,
@@ -48,7 +49,6 @@ from simctl.policies.seer_acceptance import expected_accept_len
 from simctl.policies.seer_scheduler import WorkerLoad
 from simctl.policies.seer_spec import DEPTHS, PATHS
 from simctl.sim.replay import run_policy
-
 from tests.factories import make_frame, make_setup, make_trace, random_lengths
 from tests.policies.fakes import FakeView
 

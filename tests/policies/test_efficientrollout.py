@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from simctl.policies.contract import SPEC_OFF, RequestFinished, SetSpec, SpecConfig, StepStarted, Tick
 from simctl.policies.efficientrollout import (
     DraftLengthController,
@@ -14,7 +15,6 @@ from simctl.policies.efficientrollout import (
     sd_toggle,
     tau_at_gamma,
 )
-
 from tests.policies.fakes import FakeView
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from simctl.policies.beg_mab import Strategy
 from simctl.policies.efficientrollout import EfficientRolloutSpeculation
 from simctl.policies.registry import REGISTRY, make_policy
 from simctl.policies.tlt import tlt
 from simctl.sim.replay import PolicyRun, run_policy
-
 from tests.factories import make_frame, make_setup, make_trace, random_lengths, run_one
 
 NAMES = [

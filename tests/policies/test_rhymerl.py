@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pytest
+
 from simctl.policies.contract import (
     Assign,
     Defer,
@@ -20,7 +21,6 @@ from simctl.policies.contract import (
 from simctl.policies.rhymerl import VARIANTS
 from simctl.policies.rhymerl_pipe import HistoPipe, ascending, growth_beta, plan_allocation, ranking_groups
 from simctl.policies.rhymerl_spec import speculation_wins
-
 from tests.factories import LinearCost, make_frame, make_trace, run_one
 from tests.policies.fakes import FakeView
 

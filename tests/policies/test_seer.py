@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pytest
+
 from simctl.policies.contract import (
     SPEC_OFF,
     Assign,
@@ -19,7 +20,6 @@ from simctl.policies.seer import VARIANTS
 from simctl.policies.seer_acceptance import table2_tau
 from simctl.policies.seer_scheduler import SeerScheduler
 from simctl.policies.seer_spec import best_spec
-
 from tests.factories import LinearCost, make_frame, make_trace, random_lengths, run_one
 from tests.policies.fakes import FakeView
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from simctl.policies.speactor_model import (
     Affine,
     CostLaws,
@@ -18,7 +19,6 @@ from simctl.policies.speactor_model import (
     tgs_decoupled,
     tokens_coupled,
 )
-
 from tests.factories import make_frame, make_trace, run_one
 
 

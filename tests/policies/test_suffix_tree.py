@@ -7,6 +7,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from simctl.policies.suffix_tree import (
     Aimd,
     DraftRule,

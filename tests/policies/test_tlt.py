@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from simctl.policies.contract import (
     SPEC_OFF,
     RequestFinished,
@@ -23,7 +24,6 @@ from simctl.sim.drafter_training import (
     eagle_acceptance_scale,
     eagle_acceptance_scale_history,
 )
-
 from tests.policies.fakes import FakeView
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
 from simctl.reports.build import build_report
 
 POLICIES = ("verl", "ngram", "rlhfuse")
@@ -20,14 +21,13 @@ LIVE_SLOWDOWN = 1.1  # the fake "measured" run is 10% slower than the simulation
 
 
 def make_run(out: Path, *, preset: str = "tiny", seed: int = 0, steps: int = 2, policies=POLICIES) -> Path:
+    from simctl.replay_cmd import run_document, write_run_dir
     from simctl.sim.cluster import parse_cluster
     from simctl.sim.cost_model import RooflineCostModel
     from simctl.sim.models import get_model
     from simctl.sim.replay import ReplaySetup, replay
     from simctl.traces.io import Trace
     from simctl.traces.schema import TraceMeta
-
-    from simctl.replay_cmd import run_document, write_run_dir
 
     rng = np.random.default_rng(seed)
     groups, g = 12, 4

@@ -10,6 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+
 from simctl.reports.build import build_report
 from simctl.reports.cli import report_cmd
 from simctl.reports.errors import ReportError

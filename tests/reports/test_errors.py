@@ -7,11 +7,11 @@ import math
 import re
 
 import pytest
+
 from simctl.reports.build import build_report
 from simctl.reports.errors import Notes, ReportError
 from simctl.reports.load import load_study
 from simctl.reports.tables import headline_table
-
 from tests.reports.conftest import make_run
 
 

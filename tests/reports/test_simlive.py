@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from simctl.reports.build import build_report
 from simctl.reports.context import Context
 from simctl.reports.errors import Notes
 from simctl.reports.fig_simlive import simlive
 from simctl.reports.load import load_study
-
 from tests.reports.conftest import LIVE_SLOWDOWN, make_live_copy
 
 

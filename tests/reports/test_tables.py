@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 import pytest
+
 from simctl.reports.errors import Notes
 from simctl.reports.load import load_study
 from simctl.reports.tables import Col, Table, headline_table, mark_best

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from simctl.reports.context import sum_on_grid
 from simctl.reports.fig_dynamics import cdf_points
 from simctl.reports.fig_timeline import merge_segments, role_intervals

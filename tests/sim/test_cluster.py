@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from simctl.sim.cluster import ClusterSpec, parse_cluster
 from simctl.sim.hardware import get_gpu
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import (
     CostModel,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from simctl.policies.contract import Assign, Defer, Policy, StepStarted
 from simctl.sim.replay import CARRIED, _with_carried
-
 from tests.factories import make_frame, make_trace
 from tests.sim.test_speculation_modes import _run
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from simctl.sim.hardware import DEFAULT_GPU, GPUS, get_gpu
 from simctl.sim.models import MODELS, SMOLLM2_135M, get_model
 

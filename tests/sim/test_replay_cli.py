@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from simctl.traces.io import write_trace
-from simctl.traces.schema import TraceMeta
 
 from simctl.cli import main
+from simctl.traces.io import write_trace
+from simctl.traces.schema import TraceMeta
 from tests.factories import make_frame, random_lengths
 
 STEP_KEYS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from simctl.policies.contract import (
     SPEC_OFF,
     SPEC_PLAIN,
@@ -24,7 +25,6 @@ from simctl.policies.contract import (
 from simctl.sim.acceptance import stall_after_rejection
 from simctl.sim.engine import SimError
 from simctl.sim.replay import replay
-
 from tests.factories import LinearCost, make_frame, make_setup, make_trace
 
 

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+
 from simctl.policies.suffix_tree import REWARD_COUNT_EPS, Aimd, DraftRule, SuffixTree, accepted_length
 from simctl.sim.state import FINISHED, StepState
 from simctl.sim.token_replay import StepReplay, TraceTokens, ngram_keys
 from simctl.traces.io import Trace
 from simctl.traces.schema import TraceMeta
-
 from tests.factories import LinearCost, run_one
 
 PROMPT = [101, 102, 103, 104, 105]
@@ -218,7 +218,6 @@ def test_model_blocks_go_on_past_fetch_ticks_until_the_acceptance_drifts(monkeyp
     siblings; a block re-plans at a fetch tick only when that acceptance moved by more than
     MODEL_DRIFT. Re-planning at every tick instead gives the same rollout in distribution."""
     import simctl.sim.engine as engine
-
     from tests.factories import make_frame, make_trace, random_lengths
 
     lengths = random_lengths(7, 64, lo=200, hi=3000)

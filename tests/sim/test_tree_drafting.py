@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from simctl.policies.contract import SpecConfig
 from simctl.sim.acceptance import expected_tokens, tree_acceptance
 from simctl.traces.presets import EAGLE_ACCEPT_TLT, EAGLE_ACCEPT_TLT_TREE
-
 from tests.factories import make_frame, make_trace
 from tests.sim.test_speculation_modes import OneWorkerSpec, _run
 

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from simctl.traces.generate import MAX_TOKEN_IDS, VOCAB, generate_trace, write_generated
 from simctl.traces.io import read_trace
 from simctl.traces.presets import ACCEPT_BUCKET_TOKENS, PRESETS, get_preset

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from simctl.traces.generate import generate_trace
 from simctl.traces.presets import (
     HISTORY_EPOCH0_ACCEPT,

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+
+from simctl.cli import main
 from simctl.traces.io import read_trace, write_trace
 from simctl.traces.schema import METADATA_KEY, TraceMeta
 from simctl.traces.validate import validate_file
-
-from simctl.cli import main
 from tests.factories import make_frame
 
 
