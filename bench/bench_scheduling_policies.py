@@ -8,7 +8,7 @@ traces generated from the papers' presets, from scratch (nothing cached).
 instance keeps the paper's load; 0.5 (the default) runs in about four minutes on two
 cores, 1.0 is the papers' full layout. Experiments:
 
-1. Seer (papers/seer-online-context-learning.md Table 6, §6.2.2, Fig. 10) on each seer-*
+1. Seer (Seer, arXiv:2511.14617, Table 6, §6.2.2, Fig. 10) on each seer-*
    preset with the paper's instance layout (Table 5): Moonlight on single-GPU instances,
    Qwen2-VL-72B on TP8 instances, Kimi-K2 on 32-GPU instances (DP32 attention + EP32
    experts, modelled below). One rollout step, no token ids: grouped SD acceptance comes
@@ -20,7 +20,7 @@ cores, 1.0 is the papers' full layout. Experiments:
 2. Seer with exact replay over token ids (the bundled-scale seer-moonlight-64k token
    trace): mean acceptance length of the grouped suffix drafter on the generator's tokens
    next to the Table 2 model's, and the SD gain each gives.
-3. RhymeRL (papers/rhymerl-history-rhymes.md Fig. 14, §7.1, §7.2) on rhymerl-math-14b-16k,
+3. RhymeRL (RhymeRL, arXiv:2508.18588, Fig. 14, §7.1, §7.2) on rhymerl-math-14b-16k,
    128 H800 as 64 TP2 workers (x scale), `--rhymerl-steps` steps: epoch 0 builds the
    history, the steps of epoch 1 are measured. Throughput is composed over the one-step
    off-policy pipeline (rollout of step i+1 may start once training on step i-1 is done;

@@ -3,8 +3,8 @@ numbers, on traces generated from the papers' presets.
 
     .venv/bin/python bench/bench_speculation_policies.py [--er-steps 20] [--full-tlt/--no-full-tlt]
 
-Experiments (targets from papers/efficientrollout-self-speculative.md Table 2, Fig. 4/5 and
-papers/tlt-adaptive-drafter.md Fig. 14, Fig. 11):
+Experiments (targets from EfficientRollout Table 2, Fig. 4/5 and
+TLT (arXiv:2511.16665) Fig. 14, Fig. 11):
 
 1. efficientrollout-qwen7b-8k on one node of 8 A100 (TP1 workers), `--er-steps` steps:
    veRL vs EfficientRollout (10-20% shorter rollout), always-on quantized self-SD (clearly

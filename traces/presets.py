@@ -1,15 +1,16 @@
 """Named presets for the synthetic trace generator, each number with its source.
 
 Production rollout traces are not public, so every generated trace is calibrated to what
-the five papers in `papers/` publish. A number a paper does not give is marked "assumed"
+the five seed papers publish. A number a paper does not give is marked "assumed"
 with the reason; those are the numbers to revisit first when a real trace disagrees.
 
-Paper short names used in the comments:
-  SpecActor       speactor-decoupled-fastest-of-n.md
-  Seer            seer-online-context-learning.md
-  RhymeRL         rhymerl-history-rhymes.md
-  EfficientRollout efficientrollout-self-speculative.md
-  TLT             tlt-adaptive-drafter.md
+Paper short names used in the comments (full references in the README, "Papers"):
+  SpecActor        Fast LLM Post-training via Decoupled and Fastest-of-N Speculation (arXiv:2511.16193)
+  Seer             Seer: Online Context Learning for Fast Synchronous LLM RL (arXiv:2511.14617)
+  RhymeRL          History Rhymes: Accelerating LLM Reinforcement Learning with RhymeRL (arXiv:2508.18588)
+  EfficientRollout EfficientRollout: System-Aware Self-Speculative Decoding for RL Rollouts (Kim, Lee et al.)
+  TLT              Taming the Long-Tail: Efficient Reasoning RL Training with Adaptive Drafter
+                   (arXiv:2511.16665)
 
 Acceptance numbers are the schema's per-token acceptance probability p (see
 traces.schema). Papers report mean acceptance *length* tau (tokens per verify iteration,
