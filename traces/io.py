@@ -107,7 +107,9 @@ def read_meta(pf: pq.ParquetFile, path: str | Path) -> TraceMeta:
         raise TraceError(f"{path}: metadata key '{METADATA_KEY.decode()}' missing (not a simctl trace)")
     try:
         return TraceMeta.from_json(raw.decode())
-    except (ValueError, TypeError) as exc:
+    except RecursionError:
+        raise TraceError(f"{path}: metadata '{METADATA_KEY.decode()}' is nested too deeply") from None
+    except (ValueError, TypeError, AttributeError) as exc:
         raise TraceError(f"{path}: metadata '{METADATA_KEY.decode()}' unreadable ({exc})") from None
 
 

@@ -6,7 +6,9 @@ so everything a replay relies on is checked here, vectorised.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +24,14 @@ from simctl.traces.schema import (
     HIT_PREFIX,
     REQUIRED_COLUMNS,
     SCHEMA_VERSION,
+    StepTiming,
+    TraceMeta,
     column_type,
 )
 
 MAX_ROWS_SHOWN = 3
+#: Step and epoch numbers must fit the schema's int32 columns and the simulator's arrays.
+MAX_STEP = 2**31 - 1
 
 
 def _type_ok(actual: pa.DataType, expected: pa.DataType) -> bool:
@@ -74,6 +80,48 @@ def check_schema(schema: pa.Schema) -> Iterator[str]:
             yield f"column '{f.name}': wrong type {f.type}, expected {expected}"
 
 
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_timing(where: str, timing: object) -> Iterator[str]:
+    if not isinstance(timing, StepTiming):
+        yield f"metadata {where}: not an object of reward_s/train_s/weight_sync_s"
+        return
+    for f in fields(StepTiming):
+        v = getattr(timing, f.name)
+        if v is not None and not (_is_number(v) and v >= 0):
+            yield f"metadata {where}.{f.name}: {v!r} is not a finite number of seconds >= 0"
+
+
+def check_meta(meta: TraceMeta) -> Iterator[str]:
+    """The metadata fields a replay relies on: types, ranges, finite numbers."""
+    if not isinstance(meta.model, str) or not meta.model.strip():
+        yield f"metadata model: {meta.model!r} is not a model name"
+    if not isinstance(meta.hardware, str):
+        yield f"metadata hardware: {meta.hardware!r} is not a string"
+    if not (_is_number(meta.temperature) and meta.temperature >= 0):
+        yield f"metadata temperature: {meta.temperature!r} is not a finite number >= 0"
+    if not (_is_int(meta.group_size) and meta.group_size >= 1):
+        yield f"metadata group_size: {meta.group_size!r} is not an integer >= 1"
+    if meta.seed is not None and not _is_int(meta.seed):
+        yield f"metadata seed: {meta.seed!r} is not an integer"
+    if meta.accept_bucket_tokens is not None and not (
+        _is_int(meta.accept_bucket_tokens) and meta.accept_bucket_tokens >= 1
+    ):
+        yield f"metadata accept_bucket_tokens: {meta.accept_bucket_tokens!r} is not an integer >= 1"
+    yield from _check_timing("timing", meta.timing)
+    if not isinstance(meta.step_timing, dict):
+        yield "metadata step_timing: not an object keyed by step"
+        return
+    for step, timing in meta.step_timing.items():
+        yield from _check_timing(f"step_timing[{step}]", timing)
+
+
 def check_rows(trace: Trace) -> Iterator[str]:
     """Row-level checks; assumes check_schema found nothing."""
     df = trace.df
@@ -103,9 +151,31 @@ def check_rows(trace: Trace) -> Iterator[str]:
         neg = df[name].to_numpy() < 0
         if neg.any():
             yield f"column '{name}': must be >= 0: {_rows(neg, df[name])}"
+    huge = df["step"].to_numpy() > MAX_STEP
+    if huge.any():
+        yield f"column 'step': must be <= {MAX_STEP}: {_rows(huge, df['step'])}"
+    yield from _check_epochs(df)
     yield from _check_groups(df, trace.meta.group_size)
     yield from _check_acceptance(trace)
     yield from _check_tokens(trace)
+
+
+def _check_epochs(df: pd.DataFrame) -> Iterator[str]:
+    """SCHEMA.md: `epoch` is constant within a step."""
+    if "epoch" not in df.columns:
+        return
+    if df["epoch"].isna().any():
+        yield f"column 'epoch': {int(df['epoch'].isna().sum())} null values"
+        return
+    per_step = df.groupby("step", sort=True)["epoch"].nunique()
+    mixed = per_step[per_step > 1]
+    if len(mixed):
+        step = mixed.index[0]
+        seen = sorted(df.loc[df["step"] == step, "epoch"].unique().tolist())[:MAX_ROWS_SHOWN]
+        yield (
+            f"column 'epoch': must be constant within a step: step {step} has epochs {seen}"
+            + ("" if len(mixed) == 1 else f" ({len(mixed)} steps differ)")
+        )
 
 
 def _check_groups(df: pd.DataFrame, meta_group_size: int) -> Iterator[str]:
@@ -187,7 +257,7 @@ def check_file(path: str | Path) -> tuple[list[str], Trace | None]:
         return [
             f"{path}: unknown schema version {meta.schema_version!r} (this simctl reads {SCHEMA_VERSION})"
         ], None
-    problems = list(check_schema(pf.schema_arrow))
+    problems = list(check_meta(meta)) + list(check_schema(pf.schema_arrow))
     if problems:
         return [f"{path}: {p}" for p in problems], None
     try:
