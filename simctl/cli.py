@@ -1,16 +1,65 @@
-"""The `simctl` command: one click program, subcommands registered from each package."""
+"""The `simctl` command: one click program, subcommands registered from each layer.
+
+This is the composition root: the only module that sees every layer. It also owns the one
+top-level error handler, so that whatever a subcommand raises reaches the user as at most
+three lines and exit status 1 (click's own usage errors keep exit status 2); `--debug`
+shows the traceback instead.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
 from simctl.traces.cli import trace_group
 
+#: Lines of an error message shown; a longer message (e.g. a trace with many problems)
+#: ends with a count of the lines left out.
+MAX_ERROR_LINES = 3
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+
+def one_message(exc: BaseException) -> str:
+    """The error as the user sees it: the message's first lines, never a traceback."""
+    if isinstance(exc, MemoryError):
+        return "out of memory (the input is too large for this machine)"
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply"
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename is not None:
+        text = f"{exc.filename}: {exc.strerror or text}"
+    lines = text.splitlines()
+    if len(lines) > MAX_ERROR_LINES:
+        left = len(lines) - (MAX_ERROR_LINES - 1)
+        lines = [*lines[: MAX_ERROR_LINES - 1], f"(and {left} more lines)"]
+    return "\n".join(lines)
+
+
+class SimctlGroup(click.Group):
+    """A click group whose subcommands' unexpected exceptions become one-line errors."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            raise click.Abort() from None
+        except (Exception, MemoryError, RecursionError) as exc:
+            if (ctx.obj or {}).get("debug"):
+                raise
+            raise click.ClickException(one_message(exc)) from None
+
+
+@click.group(
+    cls=SimctlGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
+)
 @click.version_option(package_name="simctl")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the Python traceback of an error instead of one line.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """Simulate RL rollout designs on a GPU cluster, run them live, and compare."""
+    ctx.obj = {"debug": debug}
 
 
 main.add_command(trace_group)

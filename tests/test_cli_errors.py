@@ -1,0 +1,47 @@
+"""The one top-level error handler: whatever a subcommand raises becomes at most three lines
+and exit status 1, never a traceback; `--debug` lets the traceback through."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+import simctl.traces.presets as presets
+from simctl.cli import MAX_ERROR_LINES, main, one_message
+
+
+class Exploding(dict):
+    def items(self):  # type: ignore[override]
+        raise RuntimeError("boom: " + "\n".join(f"problem {i}" for i in range(10)))
+
+
+def test_unexpected_error_is_short_and_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(presets, "PRESETS", Exploding())
+    result = CliRunner().invoke(main, ["trace", "presets"])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == "Error: boom: problem 0"
+    assert len(lines) == MAX_ERROR_LINES
+    assert lines[-1] == "(and 8 more lines)"
+
+
+def test_debug_lets_the_traceback_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(presets, "PRESETS", Exploding())
+    result = CliRunner().invoke(main, ["--debug", "trace", "presets"])
+    assert isinstance(result.exception, RuntimeError)
+
+
+def test_usage_errors_keep_click_exit_2() -> None:
+    result = CliRunner().invoke(main, ["replay", "--no-such-option"])
+    assert result.exit_code == 2
+
+
+def test_one_message_forms() -> None:
+    assert one_message(FileNotFoundError(2, "No such file or directory", "/x/y")) == (
+        "/x/y: No such file or directory"
+    )
+    assert one_message(MemoryError()).startswith("out of memory")
+    assert one_message(RecursionError()) == "input nested too deeply"
+    assert one_message(ValueError("")) == "ValueError"
+    assert one_message(ValueError("a\nb\nc")) == "a\nb\nc"
