@@ -35,6 +35,13 @@ def one_message(exc: BaseException) -> str:
     return "\n".join(lines)
 
 
+def is_user_error(exc: BaseException) -> bool:
+    """simctl's own error types (each layer's: TraceError, SimError, PolicySpecError, ...)
+    and the operating system's (a path that cannot be read or written) describe the input;
+    any other exception escaping a command is a bug in simctl, and says so."""
+    return isinstance(exc, OSError | MemoryError) or type(exc).__module__.startswith("simctl.")
+
+
 class SimctlGroup(click.Group):
     """A click group whose subcommands' unexpected exceptions become one-line errors."""
 
@@ -48,7 +55,12 @@ class SimctlGroup(click.Group):
         except (Exception, MemoryError, RecursionError) as exc:
             if (ctx.obj or {}).get("debug"):
                 raise
-            raise click.ClickException(one_message(exc)) from None
+            if is_user_error(exc):
+                raise click.ClickException(one_message(exc)) from None
+            raise click.ClickException(
+                f"internal error ({type(exc).__name__}): {one_message(exc)}\n"
+                "this is a bug in simctl: rerun with --debug and report the traceback"
+            ) from None
 
 
 @click.group(

@@ -8,15 +8,23 @@ from click.testing import CliRunner
 
 import simctl.traces.presets as presets
 from simctl.cli import MAX_ERROR_LINES, main, one_message
+from simctl.traces.io import TraceError
 
 
 class Exploding(dict):
+    def __init__(self, exc: Exception) -> None:
+        super().__init__()
+        self.exc = exc
+
     def items(self):  # type: ignore[override]
-        raise RuntimeError("boom: " + "\n".join(f"problem {i}" for i in range(10)))
+        raise self.exc
 
 
-def test_unexpected_error_is_short_and_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(presets, "PRESETS", Exploding())
+MANY = "boom: " + "\n".join(f"problem {i}" for i in range(10))
+
+
+def test_user_error_is_short_and_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(presets, "PRESETS", Exploding(TraceError(MANY)))
     result = CliRunner().invoke(main, ["trace", "presets"])
     assert result.exit_code == 1
     assert "Traceback" not in result.output
@@ -26,8 +34,19 @@ def test_unexpected_error_is_short_and_exits_1(monkeypatch: pytest.MonkeyPatch) 
     assert lines[-1] == "(and 8 more lines)"
 
 
+def test_a_bug_says_it_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(presets, "PRESETS", Exploding(KeyError("step")))
+    result = CliRunner().invoke(main, ["trace", "presets"])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert result.output.splitlines() == [
+        "Error: internal error (KeyError): 'step'",
+        "this is a bug in simctl: rerun with --debug and report the traceback",
+    ]
+
+
 def test_debug_lets_the_traceback_through(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(presets, "PRESETS", Exploding())
+    monkeypatch.setattr(presets, "PRESETS", Exploding(RuntimeError("boom")))
     result = CliRunner().invoke(main, ["--debug", "trace", "presets"])
     assert isinstance(result.exception, RuntimeError)
 
