@@ -19,6 +19,8 @@ tp 4; ``a100x8:tp1``; ``h200x4`` = one node with 4 GPUs) or as a TOML file::
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -30,6 +32,13 @@ from simctl.sim.hardware import GPUSpec, get_gpu
 GPUS_PER_NODE = 8
 DEFAULT_TP = 4
 DEFAULT_MEM_UTIL = 0.9
+# Simulator memory per rollout worker: 2.75 KB measured (RSS of a verl replay of the
+# efficientrollout sample, 4,096 -> 65,536 TP1 workers: 159 -> 328 MB), x3 for policies'
+# per-worker state. A cluster whose estimate exceeds half this machine's memory is refused
+# before the simulation starts.
+BYTES_PER_WORKER = 8 * 1024
+# Bandwidth overrides above this are not a datasheet value (NVLink 5 is 1,800 GB/s).
+MAX_BANDWIDTH_GBPS = 100_000.0
 
 _NAME_SPEC = re.compile(r"^(?P<gpu>[a-z0-9][a-z0-9-]*?)x(?P<count>\d+)(?::tp(?P<tp>\d+))?$")
 _TOML_KEYS = {"nodes", "gpus_per_node", "gpu", "tp", "gpu_mem_util", "nvlink_gbps", "rdma_gbps"}
@@ -55,7 +64,7 @@ class ClusterSpec:
             raise ValueError(
                 f"cluster: field 'tp'={self.tp} does not divide gpus_per_node={self.gpus_per_node}"
             )
-        if not 0.0 < self.gpu_mem_util <= 1.0:
+        if not (isinstance(self.gpu_mem_util, int | float) and 0.0 < self.gpu_mem_util <= 1.0):
             raise ValueError(f"cluster: field 'gpu_mem_util'={self.gpu_mem_util!r} must be in (0, 1]")
 
     @property
@@ -132,9 +141,39 @@ def _field(path: Path, data: dict[str, Any], key: str, kind: type, default: Any 
             raise ValueError(f"{where} must be a string")
         return value
     numeric = (int,) if kind is int else (int, float)
-    if isinstance(value, bool) or not isinstance(value, numeric) or value <= 0:
-        raise ValueError(f"{where} must be a positive {kind.__name__}")
+    if isinstance(value, bool) or not isinstance(value, numeric) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{where} must be a finite positive {kind.__name__}")
     return value
+
+
+def _bandwidth(path: Path, data: dict[str, Any], key: str) -> float:
+    """A GB/s override, as bytes per second; absurd values are refused, not simulated."""
+    value = float(_field(path, data, key, float))
+    if value > MAX_BANDWIDTH_GBPS:
+        raise ValueError(
+            f"cluster file {path.name}: field {key!r}={value!r} GB/s is above {MAX_BANDWIDTH_GBPS:,.0f} GB/s"
+        )
+    return value * 1e9
+
+
+def physical_memory_bytes() -> int:
+    """This machine's memory (POSIX); a large constant where the OS does not say."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 1 << 40
+
+
+def check_size(spec: ClusterSpec, memory_bytes: int | None = None) -> None:
+    """Refuse, before simulating, a cluster whose simulator state cannot fit in memory."""
+    need = spec.num_workers * BYTES_PER_WORKER
+    have = physical_memory_bytes() if memory_bytes is None else memory_bytes
+    if need > have // 2:
+        raise ValueError(
+            f"cluster {spec.source or spec.label}: {spec.total_gpus:,} GPUs are {spec.num_workers:,} "
+            f"workers, about {need / 1e9:,.1f} GB of simulator state; "
+            f"this machine has {have / 1e9:,.1f} GB"
+        )
 
 
 def _parse_toml(path: Path) -> ClusterSpec:
@@ -158,9 +197,9 @@ def _parse_toml(path: Path) -> ClusterSpec:
     except ValueError as exc:
         raise ValueError(f"cluster file {path.name}: field 'gpu': {exc}") from None
     if "nvlink_gbps" in data:
-        gpu = dataclasses.replace(gpu, nvlink_bw=_field(path, data, "nvlink_gbps", float) * 1e9)
+        gpu = dataclasses.replace(gpu, nvlink_bw=_bandwidth(path, data, "nvlink_gbps"))
     if "rdma_gbps" in data:
-        gpu = dataclasses.replace(gpu, rdma_bw=_field(path, data, "rdma_gbps", float) * 1e9)
+        gpu = dataclasses.replace(gpu, rdma_bw=_bandwidth(path, data, "rdma_gbps"))
     if per_node % tp:
         raise ValueError(
             f"cluster file {path.name}: field 'tp'={tp} does not divide gpus_per_node={per_node}"
@@ -174,5 +213,8 @@ def parse_cluster(spec: str | Path) -> ClusterSpec:
     """Parse ``h100x512[:tp8]``-style names or a path to a cluster TOML file."""
     text = str(spec)
     if text.lower().endswith(".toml") or Path(text).is_file():
-        return _parse_toml(Path(text))
-    return _parse_name(text)
+        parsed = _parse_toml(Path(text))
+    else:
+        parsed = _parse_name(text)
+    check_size(parsed)
+    return parsed
