@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from simctl.sim.hardware import GPUSpec, get_gpu
+from simctl.traces.limits import fits_in_memory
 
 GPUS_PER_NODE = 8
 DEFAULT_TP = 4
@@ -156,19 +156,11 @@ def _bandwidth(path: Path, data: dict[str, Any], key: str) -> float:
     return value * 1e9
 
 
-def physical_memory_bytes() -> int:
-    """This machine's memory (POSIX); a large constant where the OS does not say."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, ValueError, OSError):
-        return 1 << 40
-
-
 def check_size(spec: ClusterSpec, memory_bytes: int | None = None) -> None:
     """Refuse, before simulating, a cluster whose simulator state cannot fit in memory."""
     need = spec.num_workers * BYTES_PER_WORKER
-    have = physical_memory_bytes() if memory_bytes is None else memory_bytes
-    if need > have // 2:
+    fits, have = fits_in_memory(need, memory_bytes)
+    if not fits:
         raise ValueError(
             f"cluster {spec.source or spec.label}: {spec.total_gpus:,} GPUs are {spec.num_workers:,} "
             f"workers, about {need / 1e9:,.1f} GB of simulator state; "

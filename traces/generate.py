@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +72,7 @@ import pandas as pd
 import pyarrow as pa
 
 from simctl.traces.io import write_trace
+from simctl.traces.limits import fits_in_memory
 from simctl.traces.presets import (
     ACCEPT_BUCKET_TOKENS,
     METHOD_SHAPES,
@@ -422,21 +422,13 @@ def _check_args(steps: int, seed: int, scale: float) -> None:
         raise ValueError(f"scale must be in (0, 1], got {scale!r}")
 
 
-def physical_memory_bytes() -> int:
-    """This machine's memory (POSIX); a large constant where the OS does not say."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, ValueError, OSError):
-        return 1 << 40
-
-
 def check_size(p: Preset, steps: int, scale: float, memory_bytes: int | None = None) -> int:
     """Refuse, before any work, a trace that cannot fit in memory; returns its row count."""
     prompts = max(1, round(p.prompts_per_step * scale))
     rows = int(steps) * prompts * p.group_size
     need = rows * PEAK_BYTES_PER_ROW
-    have = physical_memory_bytes() if memory_bytes is None else memory_bytes
-    if need > have // 2:
+    fits, have = fits_in_memory(need, memory_bytes)
+    if not fits:
         raise ValueError(
             f"{steps} steps of {p.name} at scale {scale:g} are {rows:,} requests, about "
             f"{need / 1e9:,.1f} GB to generate; this machine has {have / 1e9:,.1f} GB: "
