@@ -1,21 +1,17 @@
 """Turning live step records into the project's artefacts: a trace in the schema of
 traces/schema.py (source "live") and a run directory with the same files and keys as
-`simctl replay --out`, so `simctl replay` and `simctl report` read live runs unchanged.
+`simctl replay --out` (both write through traces/run_format.py), so `simctl replay` and
+`simctl report` read live runs unchanged.
 
 Metrics are the simulator's own functions (sim/metrics.py); only their inputs differ.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -23,25 +19,41 @@ import pyarrow as pa
 
 from simctl.live.acceptance import fit_alpha, replay_model_free
 from simctl.live.drafters import MODEL_FREE
-from simctl.live.executor import ITERATION_COLUMNS, Overhead, StepRecord
+from simctl.live.executor import Overhead, StepRecord
 from simctl.live.state import LiveRequest
 from simctl.live.workload import Workload
+from simctl.policies.contract import Role
 from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
+from simctl.sim.role_time import LENT_ROLES, role_seconds
 from simctl.sim.step_time import PostRollout, step_time
-from simctl.traces.io import atomic_write, write_trace
+from simctl.traces.io import write_trace
+from simctl.traces.run_format import (
+    FORMAT_VERSION,
+    ITERATION_COLUMNS,
+    ROLE_CHANGE_COLUMNS,
+    SEGMENT_COLUMNS,
+    PolicyEntry,
+    Provenance,
+    RunDoc,
+    command_provenance,
+    policy_entry,
+)
+from simctl.traces.run_format import write_json as write_json  # re-exported for the live CLI
+from simctl.traces.run_format import write_run_dir as write_tables
 from simctl.traces.schema import FILL_PREFIX, HIT_PREFIX, TraceMeta, accept_column
 
-LENT_ROLES = {"drafter", "verifier", "spot-trainer", "trainer"}
-TIMELINE_COLUMNS = ["worker", "t0_s", "t1_s", "iterations", "batch", "kv_tokens", "gamma_mean"]
+# The executor's segments: the timeline's columns less `replicas`, which it does not record
+LIVE_SEGMENT_COLUMNS = [c for c in SEGMENT_COLUMNS if c != "replicas"]
 DEFAULT_GAMMA = 4  # draft length for offline acceptance of methods no policy ran
 
 
 @dataclass
-class PolicyRun:
-    """One policy's live run over the workload."""
+class LiveRun:
+    """One policy's live run over the workload (the simulator's counterpart:
+    sim.replay.PolicyRun)."""
 
     name: str
-    params: dict
+    params: dict[str, object]
     records: list[StepRecord] = field(default_factory=list)
     approximated: Counter[str] = field(default_factory=Counter)
     overhead: Overhead = field(default_factory=Overhead)
@@ -50,21 +62,6 @@ class PolicyRun:
 
 
 # --------------------------------------------------------------------------- metrics
-
-
-def _role_seconds(
-    roles: list[tuple[int, float, str]], n_workers: int, makespan: float, wanted: set[str]
-) -> np.ndarray:
-    out = np.zeros(n_workers)
-    current: dict[int, tuple[float, str]] = {}
-    for w, t, role in roles:
-        if w in current and current[w][1] in wanted:
-            out[w] += max(0.0, min(t, makespan) - current[w][0])
-        current[w] = (t, role)
-    for w, (t, role) in current.items():
-        if role in wanted:
-            out[w] += max(0.0, makespan - t)
-    return out
 
 
 def step_metrics(rec: StepRecord, n_workers: int, workload: Workload) -> StepMetrics:
@@ -80,8 +77,8 @@ def step_metrics(rec: StepRecord, n_workers: int, workload: Workload) -> StepMet
     for w, t0, t1, *_ in rec.segments:
         busy[w] += max(0.0, min(t1, makespan) - min(t0, makespan))
     gpus = np.ones(n_workers)
-    lent = _role_seconds(rec.roles, n_workers, makespan, LENT_ROLES)
-    trainer = _role_seconds(rec.roles, n_workers, makespan, {"trainer"})
+    lent = role_seconds(rec.roles, n_workers, makespan, LENT_ROLES)
+    trainer = role_seconds(rec.roles, n_workers, makespan, {Role.TRAINER})
     t = workload.timing
     post = PostRollout(
         t.reward_s or 0.0, t.train_s or 0.0, t.weight_sync_s or 0.0, "trace" if t.train_s else "none"
@@ -101,32 +98,31 @@ def step_metrics(rec: StepRecord, n_workers: int, workload: Workload) -> StepMet
     )
 
 
-def policy_summary(run: PolicyRun, n_workers: int, workload: Workload) -> dict[str, Any]:
+def policy_summary(run: LiveRun, n_workers: int, workload: Workload) -> PolicyEntry:
+    """This policy's entry in run.json: the simulator's fields plus live's own."""
     steps = [step_metrics(r, n_workers, workload) for r in run.records if r.complete]
     counters: Counter[str] = Counter()
     for r in run.records:
         counters.update(r.counters)
-    mk = [s.rollout_makespan_s for s in steps]
-    st = [s.step_time_s for s in steps]
+    entry = policy_entry(
+        steps,
+        sim_wall_s=run.wall_s,
+        events=int(sum(r.events for r in run.records)),
+        counters=counters,
+        params=run.params,
+    )
     ov = run.overhead
-    return {
-        "steps": [s.to_dict() for s in steps],
-        "mean_rollout_makespan_s": float(np.mean(mk)) if mk else 0.0,
-        "mean_step_time_s": float(np.mean(st)) if st else 0.0,
-        "sim_wall_s": run.wall_s,
-        "events": int(sum(r.events for r in run.records)),
-        "counters": {k: int(v) for k, v in counters.items()},
-        "params": run.params,
-        "approximated": dict(run.approximated),
-        "overhead": {
-            "engine_s": ov.engine_s,
-            "policy_s": ov.policy_s,
-            "bookkeeping_s": ov.bookkeeping_s,
-            "fraction_of_engine": ov.fraction,
-        },
-        "wall_s": run.wall_s,
-        **({"error": run.error} if run.error else {}),
+    entry["approximated"] = dict(run.approximated)
+    entry["overhead"] = {
+        "engine_s": ov.engine_s,
+        "policy_s": ov.policy_s,
+        "bookkeeping_s": ov.bookkeeping_s,
+        "fraction_of_engine": ov.fraction,
     }
+    entry["wall_s"] = run.wall_s
+    if run.error:
+        entry["error"] = run.error
+    return entry
 
 
 # ----------------------------------------------------------------------------- trace
@@ -147,7 +143,7 @@ def _recordable(rec: StepRecord) -> list[LiveRequest]:
 
 
 def _acceptance(
-    runs: list[PolicyRun], base: list[list[LiveRequest]], offline: bool
+    runs: list[LiveRun], base: list[tuple[int, list[LiveRequest]]], offline: bool
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(accept_<method>, draft_fill_<method>, draft_hit_<method>) per recorded row (units:
     live.acceptance)."""
@@ -156,7 +152,7 @@ def _acceptance(
         for rec in run.records:
             for r in rec.requests:
                 by_key.setdefault((rec.step, r.spec_in.prompt_id, r.spec_in.sample), []).append(r)
-    flat = [(step_rows[0], r) for step_rows in base for r in step_rows[1:]]  # (step, request)
+    flat = [(step, r) for step, rs in base for r in rs]
     methods = sorted({m for rs in by_key.values() for r in rs for m in r.by_method})
     if offline:
         methods = sorted({*methods, *MODEL_FREE})
@@ -183,7 +179,7 @@ def _acceptance(
         missing = np.isnan(vals)
         if missing.any() and m in MODEL_FREE:
             gamma = round(float(np.mean(gammas))) if gammas else DEFAULT_GAMMA
-            for i in np.flatnonzero(missing):
+            for i in map(int, np.flatnonzero(missing)):
                 step, r = flat[i]
                 sibs = [(s.spec_in.prompt, s.tokens) for s in _siblings(base, step, r)]
                 tok, it, drafted, hits = replay_model_free(m, r.spec_in.prompt, r.tokens, sibs, gamma)
@@ -198,21 +194,21 @@ def _acceptance(
     return out
 
 
-def _siblings(base: list[list], step: int, r: LiveRequest) -> list[LiveRequest]:
-    for rows in base:
-        if rows[0] == step:
-            return [x for x in rows[1:] if x.spec_in.prompt_id == r.spec_in.prompt_id and x is not r]
+def _siblings(base: list[tuple[int, list[LiveRequest]]], step: int, r: LiveRequest) -> list[LiveRequest]:
+    for s, rs in base:
+        if s == step:
+            return [x for x in rs if x.spec_in.prompt_id == r.spec_in.prompt_id and x is not r]
     return []
 
 
 def trace_table(
-    runs: list[PolicyRun], workload: Workload, *, offline_acceptance: bool = True
+    runs: list[LiveRun], workload: Workload, *, offline_acceptance: bool = True
 ) -> tuple[pd.DataFrame, dict[str, pa.Array]]:
     """Rows of the first policy's run (the recorded outputs) with acceptance from all runs."""
     first = runs[0]
     epochs = {s.step: s.epoch for s in workload.steps}
-    base = [[rec.step, *_recordable(rec)] for rec in first.records]
-    rows = [(step_rows[0], r) for step_rows in base for r in step_rows[1:]]
+    base = [(rec.step, _recordable(rec)) for rec in first.records]  # recorded requests per step
+    rows = [(step, r) for step, rs in base for r in rs]
     df = pd.DataFrame(
         {
             "step": np.array([s for s, _ in rows], np.int32),
@@ -244,7 +240,7 @@ def trace_table(
 
 def write_recording(
     path: Path,
-    runs: list[PolicyRun],
+    runs: list[LiveRun],
     workload: Workload,
     meta_fields: dict[str, Any],
     *,
@@ -277,7 +273,7 @@ def write_recording(
 # ------------------------------------------------------------------------ run directory
 
 
-def requests_frame(run: PolicyRun) -> pd.DataFrame:
+def requests_frame(run: LiveRun) -> pd.DataFrame:
     """One row per request; its Fastest-of-N replicas' counters are added to it (as the
     simulator's requests table does)."""
     frames = []
@@ -316,38 +312,40 @@ def requests_frame(run: PolicyRun) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def timeline_frame(run: PolicyRun) -> pd.DataFrame:
+def timeline_frame(run: LiveRun) -> pd.DataFrame:
+    """The executor's segments; `replicas` null (not recorded live)."""
     frames = [
-        pd.DataFrame(rec.segments, columns=TIMELINE_COLUMNS).assign(policy=run.name, step=np.int32(rec.step))
+        pd.DataFrame(rec.segments, columns=LIVE_SEGMENT_COLUMNS).assign(
+            replicas=pd.array([pd.NA] * len(rec.segments), dtype="Int32"), policy=run.name, step=rec.step
+        )
         for rec in run.records
+        if rec.segments
     ]
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=TIMELINE_COLUMNS)
-    return df.astype({"worker": np.int32, "iterations": np.int64, "batch": np.int64, "kv_tokens": np.int64})
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def iterations_frame(run: PolicyRun) -> pd.DataFrame:
-    """One row per engine iteration (columns: live.executor.ITERATION_COLUMNS), for checking
+def iterations_frame(run: LiveRun) -> pd.DataFrame:
+    """One row per engine iteration (columns: traces.run_format.ITERATIONS), for checking
     a cost profile against the iterations a live run really ran (bench/bench_live.py)."""
     frames = [
-        pd.DataFrame(rec.iterations, columns=ITERATION_COLUMNS).assign(
-            policy=run.name, step=np.int32(rec.step)
-        )
+        pd.DataFrame(rec.iterations, columns=ITERATION_COLUMNS).assign(policy=run.name, step=rec.step)
         for rec in run.records
         if rec.iterations
     ]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ITERATION_COLUMNS)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def roles_frame(run: PolicyRun) -> pd.DataFrame:
+def roles_frame(run: LiveRun) -> pd.DataFrame:
     frames = [
-        pd.DataFrame(rec.roles, columns=["worker", "time_s", "role"]).assign(policy=run.name, step=rec.step)
+        pd.DataFrame(rec.roles, columns=ROLE_CHANGE_COLUMNS).assign(policy=run.name, step=rec.step)
         for rec in run.records
+        if rec.roles
     ]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def run_document(
-    runs: list[PolicyRun],
+    runs: list[LiveRun],
     workload: Workload,
     *,
     trace_path: Path | None,
@@ -356,54 +354,43 @@ def run_document(
     seed: int,
     cluster_label: str,
     provenance: dict[str, Any],
-) -> dict[str, Any]:
+) -> RunDoc:
+    """run.json (traces/run_format.py RunDoc). `provenance`: the live fields (mode, backend,
+    model, cost_model, engine, ...) the caller knows."""
     approximated: Counter[str] = Counter()
     for run in runs:
         approximated.update(run.approximated)
+    prov = {
+        **command_provenance(),
+        "source": "live",
+        "trace_meta": trace_meta or {},
+        "steps": [s.step for s in workload.steps],
+        **provenance,
+    }
     return {
+        "format_version": FORMAT_VERSION,
         "trace": str(trace_path) if trace_path else "",
         "cluster": cluster_label,
         "seed": seed,
         "policies": {run.name: policy_summary(run, n_workers, workload) for run in runs},
         "approximated": dict(approximated),
-        "provenance": {
-            "simctl_version": version("simctl"),
-            "command": shlex.join(["simctl", *sys.argv[1:]]),
-            "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "source": "live",
-            "trace_meta": trace_meta or {},
-            "steps": [s.step for s in workload.steps],
-            **provenance,
+        "provenance": cast(Provenance, prov),
+    }
+
+
+def write_run_dir(out: Path, doc: RunDoc, runs: list[LiveRun]) -> None:
+    """run.json + requests/timeline/roles/iterations Parquet (traces/run_format.py), all or
+    nothing; the trace recorded into `out` (its default place) goes into the new directory."""
+    recorded = Path(doc["trace"]) if doc["trace"] else None
+    keep = [recorded.name] if recorded is not None and recorded.parent.resolve() == out.resolve() else []
+    write_tables(
+        out,
+        doc,
+        {
+            "requests": [requests_frame(r) for r in runs],
+            "timeline": [timeline_frame(r) for r in runs],
+            "roles": [roles_frame(r) for r in runs],
+            "iterations": [iterations_frame(r) for r in runs],
         },
-    }
-
-
-def write_json(path: Path, doc: dict) -> None:
-    text = json.dumps(doc, indent=1, allow_nan=False, default=_json_default)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
-
-
-def _json_default(x: object) -> object:
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    return str(x)
-
-
-def write_run_dir(out: Path, doc: dict, runs: list[PolicyRun]) -> None:
-    """run.json + requests/timeline/roles Parquet (and iterations.parquet, which only live
-    runs have), each written atomically; run.json last, so a directory with a run.json
-    always has its tables."""
-    out.mkdir(parents=True, exist_ok=True)
-    tables = {
-        "requests.parquet": [requests_frame(r) for r in runs],
-        "timeline.parquet": [timeline_frame(r) for r in runs],
-        "roles.parquet": [roles_frame(r) for r in runs],
-        "iterations.parquet": [iterations_frame(r) for r in runs],
-    }
-    for name, frames in tables.items():
-        frames = [f for f in frames if len(f)]
-        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        atomic_write(out / name, lambda tmp, df=df: df.to_parquet(tmp, index=False))
-    write_json(out / "run.json", doc)
+        keep=keep,
+    )

@@ -16,8 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
+from matplotlib.axes import Axes
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LinearSegmentedColormap, Normalize
+from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
@@ -128,44 +130,10 @@ def gantt_one(ctx: Context, s: Series, xmax: float, index: int) -> FigureOut | N
     fig, axes = subplots(1, 1, height_in=rows * row_in + 1.3)
     ax = axes[0][0]
     ax.grid(False)
-    bmax = max(1.0, float(seg["batch"].max()))
-    norm = Normalize(0, bmax)
+    norm = Normalize(0, max(1.0, float(seg["batch"].max())))
     ypos = {int(w): i for i, w in enumerate(shown)}
-
-    for role, part in role_intervals(roles, end).groupby("role"):
-        if role not in ROLE_COLORS:
-            continue
-        for w, g in part.groupby("worker"):
-            if int(w) in ypos:
-                spans = list(zip(g["t0_s"], g["t1_s"] - g["t0_s"], strict=True))
-                ax.broken_barh(
-                    spans, (ypos[int(w)] - 0.5, 1.0), facecolors=ROLE_COLORS[role], alpha=0.45, linewidth=0
-                )
-
-    spec = drawn["gamma_mean"].to_numpy() > 0
-    colors = np.where(
-        spec[:, None],
-        SPEC_CMAP(norm(drawn["batch"].to_numpy())),
-        PLAIN_CMAP(norm(drawn["batch"].to_numpy())),
-    )
-    drawn = drawn.assign(_c=list(range(len(drawn))))
-    for w, g in drawn.groupby("worker", sort=False):
-        idx = g["_c"].to_numpy()
-        spans = np.column_stack([g["t0_s"], g["t1_s"] - g["t0_s"]])
-        ax.broken_barh(spans, (ypos[int(w)] - 0.38, 0.76), facecolors=colors[idx], linewidth=0)
-    has_replicas = "replicas" in drawn and (drawn["replicas"] > 0).any()
-    if has_replicas:
-        rep = drawn[drawn["replicas"] > 0]
-        for w, g in rep.groupby("worker"):
-            spans = np.column_stack([g["t0_s"], g["t1_s"] - g["t0_s"]])
-            ax.broken_barh(
-                spans,
-                (ypos[int(w)] - 0.38, 0.76),
-                facecolors="none",
-                edgecolors="#C00000",
-                hatch="////",
-                linewidth=0,
-            )
+    _draw_roles(ax, role_intervals(roles, end), ypos)
+    has_replicas = _draw_segments(ax, drawn, norm, ypos)
 
     ax.set_xlim(0, xmax * 1.01)
     ax.set_ylim(rows - 0.5, -0.5)
@@ -180,21 +148,78 @@ def gantt_one(ctx: Context, s: Series, xmax: float, index: int) -> FigureOut | N
     if len(shown) < nworkers:
         title += f" — workers {shown[0]}..{shown[-1]} of {nworkers}"
     ax.set_title(title, loc="left")
+    present = set(role_intervals(roles, end)["role"]) if roles is not None else set()
+    _legend(ax, present, has_replicas)
+    _colorbar(fig, ax, norm)
+    path = save(fig, ctx.fig_dir / f"gantt-{index:02d}-{slug(s.label)}.png")
+    caption = (
+        f"Each row is a worker ({rows} of {nworkers} shown); bars are busy segments shaded by batch size. "
+        "Dashed line: makespan. "
+        + ("Segments merged to the chart's resolution. " if len(drawn) < len(seg) else "")
+    )
+    return FigureOut("timeline", path.stem, f"Worker timeline — {s.label}", caption, path)
 
+
+def _draw_roles(ax: Axes, intervals: pd.DataFrame, ypos: dict[int, int]) -> None:
+    """Row backgrounds: the role a worker is lent out in, where the style has a colour for it."""
+    for role, part in intervals.groupby("role"):
+        if role not in ROLE_COLORS:
+            continue
+        for w, g in part.groupby("worker"):
+            if int(w) in ypos:
+                spans = list(zip(g["t0_s"], g["t1_s"] - g["t0_s"], strict=True))
+                ax.broken_barh(
+                    spans, (ypos[int(w)] - 0.5, 1.0), facecolors=ROLE_COLORS[role], alpha=0.45, linewidth=0
+                )
+
+
+def _draw_segments(ax: Axes, drawn: pd.DataFrame, norm: Normalize, ypos: dict[int, int]) -> bool:
+    """Busy segments shaded by batch (plain blue, speculative purple), then red hatching over
+    Fastest-of-N replica work; says whether there was any."""
+    spec = drawn["gamma_mean"].to_numpy() > 0
+    colors = np.where(
+        spec[:, None],
+        SPEC_CMAP(norm(drawn["batch"].to_numpy())),
+        PLAIN_CMAP(norm(drawn["batch"].to_numpy())),
+    )
+    drawn = drawn.assign(_c=list(range(len(drawn))))
+    for w, g in drawn.groupby("worker", sort=False):
+        idx = g["_c"].to_numpy()
+        spans = np.column_stack([g["t0_s"], g["t1_s"] - g["t0_s"]]).tolist()
+        ax.broken_barh(spans, (ypos[int(w)] - 0.38, 0.76), facecolors=colors[idx], linewidth=0)
+    has_replicas = "replicas" in drawn and bool((drawn["replicas"] > 0).any())
+    if has_replicas:
+        rep = drawn[drawn["replicas"] > 0]
+        for w, g in rep.groupby("worker"):
+            spans = np.column_stack([g["t0_s"], g["t1_s"] - g["t0_s"]]).tolist()
+            ax.broken_barh(
+                spans,
+                (ypos[int(w)] - 0.38, 0.76),
+                facecolors="none",
+                edgecolors="#C00000",
+                hatch="////",
+                linewidth=0,
+            )
+    return has_replicas
+
+
+def _legend(ax: Axes, roles_present: set[str], has_replicas: bool) -> None:
     handles = [
         Patch(color=PLAIN_CMAP(0.7), label="decoding"),
         Patch(color=SPEC_CMAP(0.7), label="speculative decoding"),
         Patch(facecolor="white", edgecolor="#999999", label="idle (no work)"),
     ]
-    present = set(role_intervals(roles, end)["role"]) if roles is not None else set()
     handles += [
-        Patch(color=c, alpha=0.45, label=f"role: {r}") for r, c in ROLE_COLORS.items() if r in present
+        Patch(color=c, alpha=0.45, label=f"role: {r}") for r, c in ROLE_COLORS.items() if r in roles_present
     ]
     if has_replicas:
         handles.append(
             Patch(facecolor="none", edgecolor="#C00000", hatch="////", label="Fastest-of-N replica")
         )
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+
+
+def _colorbar(fig: Figure, ax: Axes, norm: Normalize) -> None:
     cbar = fig.colorbar(
         ScalarMappable(norm=norm, cmap=PLAIN_CMAP),
         ax=ax,
@@ -205,13 +230,6 @@ def gantt_one(ctx: Context, s: Series, xmax: float, index: int) -> FigureOut | N
         aspect=40,
     )
     cbar.set_label("running requests (batch) — darker = larger batch")
-    path = save(fig, ctx.fig_dir / f"gantt-{index:02d}-{slug(s.label)}.png")
-    caption = (
-        f"Each row is a worker ({rows} of {nworkers} shown); bars are busy segments shaded by batch size. "
-        "Dashed line: makespan. "
-        + ("Segments merged to the chart's resolution. " if len(drawn) < len(seg) else "")
-    )
-    return FigureOut("timeline", path.stem, f"Worker timeline — {s.label}", caption, path)
 
 
 def gantt_figures(ctx: Context) -> list[FigureOut]:

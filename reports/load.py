@@ -1,14 +1,17 @@
-"""Loading and validating run directories (`simctl replay --out`, later `simctl live`).
+"""Loading and validating run directories (`simctl replay --out`, `simctl live --out`).
 
-A run directory is run.json plus three optional Parquet tables. The tables of a long
-study are large (a 200-step, 6-policy run at 16K requests per step holds ~20M timeline
-rows), so nothing here reads a table whole: callers ask for the columns and the step or
-policy they need, and Parquet filtering keeps memory proportional to what is plotted.
+A run directory is run.json plus Parquet tables, read and checked through
+traces/run_format.py, the one definition of the format; a table that is absent or not in
+the format is left out with a note, and so are the figures that need it.
+
+The tables of a long study are large (a 200-step, 6-policy run at 16K requests per step
+holds ~20M timeline rows), so nothing here reads a table whole: callers ask for the columns
+and the step or policy they need, and Parquet filtering keeps memory proportional to what
+is plotted.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +24,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simctl.reports.errors import Notes, ReportError
+from simctl.traces.run_format import (
+    FORMAT_VERSION,
+    RUN_TABLES,
+    MissingTableError,
+    RunFormatError,
+    RunMismatchError,
+    read_run_doc,
+    read_table_info,
+)
 
 STEP_METRICS = (
     "rollout_makespan_s",
@@ -32,24 +44,6 @@ STEP_METRICS = (
     "mean_accept_len",
 )
 
-# Columns each table must carry for the figures that use it; extra columns are allowed
-# (an optional `replicas` timeline column marks Fastest-of-N replica work).
-TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "requests": ("policy", "step", "worker", "response_len", "finish_s", "accepted", "spec_iters"),
-    "timeline": (
-        "policy",
-        "step",
-        "worker",
-        "t0_s",
-        "t1_s",
-        "iterations",
-        "batch",
-        "kv_tokens",
-        "gamma_mean",
-    ),
-    "roles": ("policy", "step", "worker", "time_s", "role"),
-}
-
 
 @dataclass
 class Run:
@@ -60,6 +54,7 @@ class Run:
     tables: dict[str, Path] = field(default_factory=dict)
     columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     name: str = ""
+    format_version: int = FORMAT_VERSION
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -108,7 +103,7 @@ class Run:
         step: int | None = None,
     ) -> pd.DataFrame:
         """Rows of one table for one policy and/or step, only the columns asked for."""
-        filters = []
+        filters: list[tuple[str, str, object]] = []
         if policy is not None:
             filters.append(("policy", "==", policy))
         if step is not None:
@@ -175,45 +170,23 @@ class Study:
         return sorted(set.intersection(*sets)) if sets else []
 
 
-def _read_doc(path: Path) -> dict[str, Any]:
-    """run.json, or a ReportError saying in one line why this directory is not a run."""
-    if not path.exists():
-        raise ReportError(f"{path}: no such directory")
-    if not path.is_dir():
-        raise ReportError(f"{path}: not a directory (expected the --out directory of `simctl replay`)")
-    if not any(path.iterdir()):
-        raise ReportError(f"{path}: empty directory (expected run.json from `simctl replay --out`)")
-    doc_path = path / "run.json"
-    if not doc_path.is_file():
-        raise ReportError(f"{path}: no run.json (not a run directory of `simctl replay --out`)")
-    try:
-        doc = json.loads(doc_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReportError(f"{doc_path}: unreadable JSON ({str(exc).splitlines()[0]})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("policies"), dict) or not doc["policies"]:
-        raise ReportError(f"{doc_path}: no 'policies' object (not a run document)")
-    return doc
-
-
 def _check_table(run: Run, kind: str, notes: Notes) -> None:
-    path = run.path / f"{kind}.parquet"
-    if not path.is_file():
+    stamp = run.doc.get("run_id")
+    try:
+        info = read_table_info(run.path, kind, run.format_version, stamp if isinstance(stamp, str) else None)
+    except RunMismatchError as exc:
+        raise ReportError(str(exc)) from None
+    except MissingTableError:
         notes.warn(f"run {run.name}: no {kind}.parquet; figures that need it are left out for this run")
         return
-    try:
-        schema = pq.read_schema(path)
-    except (OSError, pa.ArrowException) as exc:
-        notes.warn(f"run {run.name}: {kind}.parquet unreadable ({str(exc).splitlines()[0]})")
+    except RunFormatError as exc:
+        notes.warn(f"run {run.name}: {exc}")
         return
-    missing = [c for c in TABLE_COLUMNS[kind] if c not in schema.names]
-    if len(schema.names) == 0 or pq.ParquetFile(path).metadata.num_rows == 0:
+    if len(info.schema.names) == 0 or info.num_rows == 0:
         notes.warn(f"run {run.name}: {kind}.parquet has no rows")
         return
-    if missing:
-        notes.warn(f"run {run.name}: {kind}.parquet lacks column(s) {', '.join(missing)}")
-        return
-    run.tables[kind] = path
-    run.columns[kind] = tuple(schema.names)
+    run.tables[kind] = info.path
+    run.columns[kind] = tuple(info.schema.names)
 
 
 def _steps_frame(steps: Any) -> pd.DataFrame | None:
@@ -264,13 +237,13 @@ def load_study(run_dirs: list[Path], notes: Notes) -> Study:
     problems: list[str] = []
     for path, name in zip(paths, _run_names(paths), strict=True):
         try:
-            doc = _read_doc(path)
-        except ReportError as exc:
+            read = read_run_doc(path)
+        except RunFormatError as exc:
             problems.append(str(exc))
             notes.leave_out(f"run {path}", str(exc))
             continue
-        run = Run(path=path, doc=doc, name=name)
-        for kind in TABLE_COLUMNS:
+        run = Run(path=path, doc=read.doc, name=name, format_version=read.version)
+        for kind in RUN_TABLES:
             _check_table(run, kind, notes)
         runs.append(run)
     pairs: list[tuple[Run, str, pd.DataFrame]] = []

@@ -159,6 +159,32 @@ def _provenance(study: Study, meta: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _warnings(inp: PageInput) -> str:
+    items = "".join(f"<li>{_e(w)}</li>" for w in inp.notes.warnings)
+    if inp.notes.left_out:
+        items += f"<li>{len(inp.notes.left_out)} item(s) left out — see <a href='#leftout'>Left out</a>.</li>"
+    return f"<div class='warn' role='alert'><b>Warnings</b><ul>{items}</ul></div>"
+
+
+def _simlive(inp: PageInput, figures: list[FigureOut], root: Path) -> str:
+    out = ["<section id='simlive'><h2>Simulated vs measured</h2>"]
+    if inp.simlive is not None:
+        out.append(inp.simlive.html("simlive-table"))
+        out.append(
+            f"<p class='note'>{_e(inp.simlive.note)} Tables: "
+            f"{_links(inp.table_files.get('sim_vs_live', []))}.</p>"
+        )
+        out.extend(_figure(f, root) for f in figures)
+    else:
+        out.append(
+            "<p class='note'>No pair of runs of the same workload and policy from <code>simctl replay</code> "
+            "(provenance.source = sim) and <code>simctl live</code> (provenance.source = live) among the "
+            "inputs.</p>"
+        )
+    out.append("</section>")
+    return "\n".join(out)
+
+
 def render(inp: PageInput, root: Path) -> str:
     """The whole page as a string; figure paths are made relative to `root`."""
     study = inp.study
@@ -178,12 +204,7 @@ def render(inp: PageInput, root: Path) -> str:
         "<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in SECTIONS) + "</nav>",
     ]
     if inp.notes.warnings or inp.notes.left_out:
-        items = "".join(f"<li>{_e(w)}</li>" for w in inp.notes.warnings)
-        if inp.notes.left_out:
-            items += (
-                f"<li>{len(inp.notes.left_out)} item(s) left out — see <a href='#leftout'>Left out</a>.</li>"
-            )
-        out.append(f"<div class='warn' role='alert'><b>Warnings</b><ul>{items}</ul></div>")
+        out.append(_warnings(inp))
 
     out.append("<section id='headline'><h2>Headline</h2>")
     out.append(inp.headline.html("headline-table"))
@@ -211,21 +232,7 @@ def render(inp: PageInput, root: Path) -> str:
     )
     section("timeline", "Worker timelines", intro)
 
-    out.append("<section id='simlive'><h2>Simulated vs measured</h2>")
-    if inp.simlive is not None:
-        out.append(inp.simlive.html("simlive-table"))
-        out.append(
-            f"<p class='note'>{_e(inp.simlive.note)} Tables: "
-            f"{_links(inp.table_files.get('sim_vs_live', []))}.</p>"
-        )
-        out.extend(_figure(f, root) for f in by_section.get("simlive", []))
-    else:
-        out.append(
-            "<p class='note'>No pair of runs of the same workload and policy from <code>simctl replay</code> "
-            "(provenance.source = sim) and <code>simctl live</code> (provenance.source = live) among the "
-            "inputs.</p>"
-        )
-    out.append("</section>")
+    out.append(_simlive(inp, by_section.get("simlive", []), root))
 
     out.append("<section id='leftout' class='leftout'><h2>Left out</h2>")
     if inp.notes.left_out:

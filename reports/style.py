@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import cycle
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -17,6 +18,9 @@ matplotlib.use("Agg")  # before pyplot: reports render on headless machines
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 # Okabe-Ito: distinguishable for colour-blind readers, distinct in greyscale with dashes.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -33,7 +37,7 @@ ROLE_COLORS = {
 DPI = 100
 WIDTH_IN = 11.0
 
-RC = {
+RC: dict[RcKeyType, Any] = {
     "font.size": 9,
     "axes.titlesize": 10,
     "axes.labelsize": 9,

@@ -7,13 +7,13 @@ adapt across steps rely on it); a fresh simulation per step.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from simctl.policies.contract import ModelInfo, PromptHistory
+from simctl.policies.contract import ModelInfo, PromptHistory, Role
 from simctl.policies.registry import make_policy
 from simctl.sim.cluster import ClusterSpec
 from simctl.sim.cost_model import CostModel
@@ -25,10 +25,18 @@ from simctl.sim.drafter_training import (
 from simctl.sim.engine import EngineConfig, StepSimulation
 from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
 from simctl.sim.models import ModelSpec
+from simctl.sim.role_time import LENT_ROLES, role_seconds
 from simctl.sim.state import DEFERRED, StepState
 from simctl.sim.step_time import post_rollout_time, step_time
 from simctl.sim.token_replay import StepReplay, TraceTokens
 from simctl.traces.io import Trace
+from simctl.traces.run_format import (
+    ROLE_CHANGE_COLUMNS,
+    RUN_TABLES,
+    SEGMENT_COLUMNS,
+    PolicyEntry,
+    policy_entry,
+)
 
 
 @dataclass
@@ -61,8 +69,10 @@ class ReplaySetup:
 
 @dataclass
 class PolicyRun:
+    """One policy's replay over the trace's steps: metrics and the run directory's tables."""
+
     name: str
-    params: dict
+    params: dict[str, object]
     steps: list[StepMetrics] = field(default_factory=list)
     requests: list[pd.DataFrame] = field(default_factory=list)
     timeline: list[pd.DataFrame] = field(default_factory=list)
@@ -74,18 +84,24 @@ class PolicyRun:
     events: int = 0
     counters: dict[str, int] = field(default_factory=dict)
 
-    def summary(self) -> dict:
-        mk = [s.rollout_makespan_s for s in self.steps]
-        st = [s.step_time_s for s in self.steps]
-        return {
-            "steps": [s.to_dict() for s in self.steps],
-            "mean_rollout_makespan_s": float(np.mean(mk)) if mk else 0.0,
-            "mean_step_time_s": float(np.mean(st)) if st else 0.0,
-            "sim_wall_s": self.sim_wall_s,
-            "events": self.events,
-            "counters": self.counters,
-            "params": self.params,
-        }
+    def summary(self) -> PolicyEntry:
+        """This policy's entry in run.json (traces/run_format.py)."""
+        return policy_entry(
+            self.steps,
+            sim_wall_s=self.sim_wall_s,
+            events=self.events,
+            counters=self.counters,
+            params=self.params,
+        )
+
+    def tables(self) -> dict[str, list[pd.DataFrame]]:
+        """Its frames of the run directory's tables (one per step)."""
+        return {"requests": self.requests, "timeline": self.timeline, "roles": self.roles}
+
+
+def run_tables(runs: Mapping[str, PolicyRun]) -> dict[str, list[pd.DataFrame]]:
+    """The run directory's tables of all policies (traces.run_format.write_run_dir)."""
+    return {name: [f for r in runs.values() for f in r.tables()[name]] for name in RUN_TABLES}
 
 
 def _step_frames(setup: ReplaySetup) -> dict[int, pd.DataFrame]:
@@ -118,12 +134,15 @@ def run_policy(
             setup.engine,
             setup.seed,
             view_extras={"info": info, "history": history},
+            acceptance=StepReplay(
+                state,
+                setup.trace.df.index.get_indexer(frame.index),
+                tokens,
+                getattr(policy, "draft_rules", None),
+            ),
         )
-        rows = setup.trace.df.index.get_indexer(frame.index)
-        sim.token_replay = StepReplay(state, rows, tokens, getattr(policy, "draft_rules", None))
         makespan = sim.run()
-        sim.token_replay.finish(sim.counters)
-        spot_gpu_s.append(float((_role_seconds(sim, makespan, {"spot-trainer"}) * _gpus(sim)).sum()))
+        spot_gpu_s.append(float((_role_seconds(sim, makespan, {Role.SPOT_TRAINER}) * _gpus(sim)).sum()))
         run.sim_wall_s += time.perf_counter() - t0
         run.sim_cpu_s += time.process_time() - c0
         run.events += sim.counters["events"]
@@ -133,7 +152,7 @@ def run_policy(
         run.requests.append(_request_frame(sim, run.name))
         run.timeline.append(_timeline_frame(sim, run.name))
         run.roles.append(
-            pd.DataFrame(sim.roles, columns=["worker", "time_s", "role"]).assign(policy=run.name, step=step)
+            pd.DataFrame(sim.roles, columns=ROLE_CHANGE_COLUMNS).assign(policy=run.name, step=step)
         )
         _extend_history(history, frame)
         carry = _deferred(frame, state)
@@ -175,21 +194,9 @@ def _gpus(sim: StepSimulation) -> np.ndarray:
     return np.asarray([w.gpus for w in sim.workers], dtype=np.float64)
 
 
-def _role_seconds(sim: StepSimulation, makespan: float, roles: set[str]) -> np.ndarray:
+def _role_seconds(sim: StepSimulation, makespan: float, roles: Collection[str]) -> np.ndarray:
     """Per worker: seconds spent in one of `roles` before the makespan."""
-    out = np.zeros(len(sim.workers))
-    current: dict[int, tuple[float, str]] = {}
-    for w, t, role in sim.roles:
-        if w in current and current[w][1] in roles:
-            out[w] += max(0.0, min(t, makespan) - current[w][0])
-        current[w] = (t, role)
-    for w, (t, role) in current.items():
-        if role in roles:
-            out[w] += max(0.0, makespan - t)
-    return out
-
-
-LENT_ROLES = {"drafter", "verifier", "spot-trainer", "trainer"}
+    return role_seconds(sim.roles, len(sim.workers), makespan, roles)
 
 
 def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makespan: float) -> StepMetrics:
@@ -201,7 +208,7 @@ def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makes
         np.add.at(busy, seg[:, 0].astype(int), seg[:, 1])
     gpus = _gpus(sim)
     lent = _role_seconds(sim, makespan, LENT_ROLES)
-    trainer = _role_seconds(sim, makespan, {"trainer"})
+    trainer = _role_seconds(sim, makespan, {Role.TRAINER})
     n = st.n_requests
     done = ~np.isnan(st.finish_s[:n])
     tokens = int((st.target_len[:n] - st.start_generated[:n])[done].sum())
@@ -260,11 +267,8 @@ def _request_frame(sim: StepSimulation, policy: str) -> pd.DataFrame:
     )
 
 
-TIMELINE_COLUMNS = ["worker", "t0_s", "t1_s", "iterations", "batch", "kv_tokens", "gamma_mean", "replicas"]
-
-
 def _timeline_frame(sim: StepSimulation, policy: str) -> pd.DataFrame:
-    df = pd.DataFrame(sim.segments, columns=TIMELINE_COLUMNS)
+    df = pd.DataFrame(sim.segments, columns=SEGMENT_COLUMNS)
     return df.assign(policy=policy, step=np.int32(sim.state.step))
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from simctl.traces.atomic import exit_on_sigterm
 from simctl.traces.cli import trace_group
 
 #: Lines of an error message shown; a longer message (e.g. a trace with many problems)
@@ -47,7 +48,8 @@ class SimctlGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with exit_on_sigterm():  # SIGTERM unwinds, so half-written outputs are removed
+                return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except KeyboardInterrupt:

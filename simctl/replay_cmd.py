@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
-from datetime import UTC, datetime
-from importlib.metadata import version
 from pathlib import Path
 
 import click
-import pandas as pd
 
 from simctl.policies.registry import UnknownPolicyError, make_policy
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
 from simctl.sim.engine import EngineConfig, SimError
 from simctl.sim.models import get_model
-from simctl.sim.replay import PolicyRun, ReplaySetup, replay
-from simctl.traces.io import TraceError, atomic_write
+from simctl.sim.replay import PolicyRun, ReplaySetup, replay, run_tables
+from simctl.traces.io import TraceError
+from simctl.traces.run_format import FORMAT_VERSION, RunDoc, command_provenance, write_json, write_run_dir
 from simctl.traces.steps import parse_steps
 from simctl.traces.validate import load_valid_trace
 
@@ -61,18 +58,17 @@ def build_setup(
     )
 
 
-def run_document(setup: ReplaySetup, runs: dict[str, PolicyRun], trace_path: Path) -> dict:
-    """The --json document (keys fixed by the CLI contract) plus provenance."""
+def run_document(setup: ReplaySetup, runs: dict[str, PolicyRun], trace_path: Path) -> RunDoc:
+    """run.json, also the --json document (fields: traces/run_format.py RunDoc)."""
     meta = setup.trace.meta
     return {
+        "format_version": FORMAT_VERSION,
         "trace": str(trace_path),
         "cluster": setup.cluster.label,
         "seed": setup.seed,
         "policies": {name: run.summary() for name, run in runs.items()},
         "provenance": {
-            "simctl_version": version("simctl"),
-            "command": shlex.join(["simctl", *sys.argv[1:]]),
-            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            **command_provenance(),
             "mode": "per-iteration" if setup.engine.per_iteration else "fast-forward",
             "source": "sim",
             "model": setup.model.name,
@@ -83,25 +79,6 @@ def run_document(setup: ReplaySetup, runs: dict[str, PolicyRun], trace_path: Pat
             "steps": setup.steps,
         },
     }
-
-
-def write_json(path: Path, doc: dict) -> None:
-    text = json.dumps(doc, indent=1, allow_nan=False, default=float)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
-
-
-def write_run_dir(out: Path, doc: dict, runs: dict[str, PolicyRun]) -> None:
-    """run.json + requests/timeline/roles Parquet: what `simctl report` reads."""
-    out.mkdir(parents=True, exist_ok=True)
-    tables = {
-        "requests.parquet": [f for r in runs.values() for f in r.requests],
-        "timeline.parquet": [f for r in runs.values() for f in r.timeline],
-        "roles.parquet": [f for r in runs.values() for f in r.roles],
-    }
-    for name, frames in tables.items():
-        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        atomic_write(out / name, lambda tmp, df=df: df.to_parquet(tmp, index=False))
-    write_json(out / "run.json", doc)
 
 
 def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
@@ -235,7 +212,7 @@ def replay_cmd(
     if report_dir and not out:
         out = report_dir / "run"
     if out:
-        write_run_dir(out, doc, runs)
+        write_run_dir(out, doc, run_tables(runs))
         click.echo(f"wrote run directory {out}")
     if report_dir:
         from simctl.reports.build import build_report

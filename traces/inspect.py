@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simctl.traces.io import Trace, atomic_write
+from simctl.traces.atomic import atomic_write
+from simctl.traces.io import Trace
 from simctl.traces.schema import accept_column, acceptance_methods
 
 PERCENTILES = (50, 90, 99)

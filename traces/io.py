@@ -7,8 +7,6 @@ would cost gigabytes and the simulator only needs slices.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from simctl.traces.atomic import atomic_write
 from simctl.traces.schema import METADATA_KEY, TraceMeta, column_type
 
 
@@ -71,20 +70,6 @@ def write_trace(
     table = table.replace_schema_metadata({METADATA_KEY: meta.to_json().encode()})
     atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
     return path
-
-
-def atomic_write(path: Path, writer) -> None:
-    """Run writer(tmp_path) then rename over `path`; the temp file is removed on failure."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        writer(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def open_parquet(path: str | Path) -> pq.ParquetFile:

@@ -1,4 +1,4 @@
-"""Fixtures: real run directories from the real producer (sim.replay + write_run_dir).
+"""Fixtures: real run directories from the real producer (sim.replay + run_format.write_run_dir).
 
 Built once per session on a tiny trace (2 steps, 96 requests, 4 workers) so the tests
 exercise what `simctl replay --out` actually writes, not a hand-made imitation.
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from simctl.reports.build import build_report
@@ -21,12 +23,13 @@ LIVE_SLOWDOWN = 1.1  # the fake "measured" run is 10% slower than the simulation
 
 
 def make_run(out: Path, *, preset: str = "tiny", seed: int = 0, steps: int = 2, policies=POLICIES) -> Path:
-    from simctl.replay_cmd import run_document, write_run_dir
+    from simctl.replay_cmd import run_document
     from simctl.sim.cluster import parse_cluster
     from simctl.sim.cost_model import RooflineCostModel
     from simctl.sim.models import get_model
-    from simctl.sim.replay import ReplaySetup, replay
+    from simctl.sim.replay import ReplaySetup, replay, run_tables
     from simctl.traces.io import Trace
+    from simctl.traces.run_format import write_run_dir
     from simctl.traces.schema import TraceMeta
 
     rng = np.random.default_rng(seed)
@@ -65,7 +68,7 @@ def make_run(out: Path, *, preset: str = "tiny", seed: int = 0, steps: int = 2, 
         seed=seed,
     )
     runs = replay(setup, list(policies))
-    write_run_dir(out, run_document(setup, runs, Path(f"{preset}-{seed}.parquet")), runs)
+    write_run_dir(out, run_document(setup, runs, Path(f"{preset}-{seed}.parquet")), run_tables(runs))
     return out
 
 
@@ -83,13 +86,18 @@ def make_live_copy(sim_dir: Path, out: Path, slowdown: float = LIVE_SLOWDOWN) ->
         pol["mean_rollout_makespan_s"] *= slowdown
         pol["mean_step_time_s"] *= slowdown
     (out / "run.json").write_text(json.dumps(doc))
-    tl = pd.read_parquet(out / "timeline.parquet")
-    tl[["t0_s", "t1_s"]] *= slowdown
-    tl.to_parquet(out / "timeline.parquet", index=False)
-    rq = pd.read_parquet(out / "requests.parquet")
-    rq["finish_s"] *= slowdown
-    rq.to_parquet(out / "requests.parquet", index=False)
+    _scale(out / "timeline.parquet", ["t0_s", "t1_s"], slowdown)
+    _scale(out / "requests.parquet", ["finish_s"], slowdown)
     return out
+
+
+def _scale(path: Path, columns: list[str], factor: float) -> None:
+    """Multiply columns of a Parquet table, keeping its schema (the run format's)."""
+    table = pq.read_table(path)
+    for c in columns:
+        i = table.schema.get_field_index(c)
+        table = table.set_column(i, table.schema.field(i), pc.multiply(table.column(c), factor))
+    pq.write_table(table, path)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@ import json
 import re
 import shutil
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -58,7 +59,10 @@ def test_page_content(report, run_dir):
         "roofline",
     ):
         assert needle in page, needle
-    assert "StaticGroupPlacement" in page  # policy parameters in the footer
+    # each policy's resolved parameters, as run.json records them, in the footer
+    params = {name: pol["params"] for name, pol in doc["policies"].items()}
+    assert any(params.values())
+    assert html.escape(json.dumps(params, indent=1, sort_keys=True)) in page
     assert "http://" not in page and "https://" not in page  # nothing fetched from the network
 
 
@@ -93,9 +97,12 @@ def test_bad_step_is_fatal(run_dir, tmp_path):
 
 def test_cli_with_worker_subset_and_replicas(fresh_run, tmp_path):
     """--workers draws a subset; an optional `replicas` timeline column (Fastest-of-N) is drawn."""
-    tl = pd.read_parquet(fresh_run / "timeline.parquet")
+    table = pq.read_table(fresh_run / "timeline.parquet")
+    tl = table.to_pandas()
     tl["replicas"] = (tl.index % 3 == 0).astype("int32")
-    tl.to_parquet(fresh_run / "timeline.parquet", index=False)
+    # rewritten in place, keeping the run id every table of the directory carries
+    edited = pa.Table.from_pandas(tl, preserve_index=False).replace_schema_metadata(table.schema.metadata)
+    pq.write_table(edited, fresh_run / "timeline.parquet")
     out = tmp_path / "cli"
     args = [str(fresh_run), str(fresh_run), "-o", str(out), "--baseline", "ngram", "--workers", "1"]
     res = CliRunner().invoke(report_cmd, args)
