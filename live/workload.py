@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from simctl.live.live_options import WorkloadOptions
 from simctl.traces.io import TraceError
 from simctl.traces.schema import StepTiming
 from simctl.traces.validate import load_valid_trace
@@ -194,4 +195,27 @@ def from_trace(path: Path, vocab: int, steps: list[int] | None = None) -> Worklo
         },
         timing=meta.timing,
         oracle=True,
+    )
+
+
+def build_workload(opts: WorkloadOptions, tokenizer: Any | None, vocab: int) -> Workload:
+    """`simctl live`'s workload: the trace's (its steps `steps_text`, N or A:B) or the
+    prompts' (`steps_text` steps). Raises WorkloadError or ValueError, one line each."""
+    if opts.trace_path:
+        steps = None
+        if opts.trace_path.exists():
+            from simctl.traces.io import read_trace
+            from simctl.traces.steps import parse_steps
+
+            available = read_trace(opts.trace_path, columns=["step"]).steps
+            steps = parse_steps(opts.steps_text, available) if opts.steps_text else None
+        return from_trace(opts.trace_path, vocab, steps)
+    return from_prompts(
+        read_prompts(opts.prompts_path),
+        tokenizer,
+        vocab,
+        group_size=opts.group_size,
+        max_tokens=opts.max_tokens,
+        steps=int(opts.steps_text) if opts.steps_text else 1,
+        prompts_per_step=opts.prompts_per_step,
     )

@@ -38,9 +38,12 @@ def one_message(exc: BaseException) -> str:
 
 def is_user_error(exc: BaseException) -> bool:
     """simctl's own error types (each layer's: TraceError, SimError, PolicySpecError, ...)
-    and the operating system's (a path that cannot be read or written) describe the input;
+    the operating system's (a path that cannot be read or written) and nesting too deep to
+    parse describe the input;
     any other exception escaping a command is a bug in simctl, and says so."""
-    return isinstance(exc, OSError | MemoryError) or type(exc).__module__.startswith("simctl.")
+    return isinstance(exc, OSError | MemoryError | RecursionError) or type(exc).__module__.startswith(
+        "simctl."
+    )
 
 
 class SimctlGroup(click.Group):

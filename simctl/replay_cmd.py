@@ -15,7 +15,15 @@ from simctl.sim.engine import EngineConfig, SimError
 from simctl.sim.models import get_model
 from simctl.sim.replay import PolicyRun, ReplaySetup, replay, run_tables
 from simctl.traces.io import TraceError
-from simctl.traces.run_format import FORMAT_VERSION, RunDoc, command_provenance, write_json, write_run_dir
+from simctl.traces.outputs import check_output_dir, check_output_file
+from simctl.traces.run_format import (
+    FORMAT_VERSION,
+    RunDoc,
+    check_replaceable,
+    command_provenance,
+    write_json,
+    write_run_dir,
+)
 from simctl.traces.steps import parse_steps
 from simctl.traces.validate import load_valid_trace
 
@@ -56,6 +64,21 @@ def build_setup(
         engine=EngineConfig(max_num_seqs=max_num_seqs, per_iteration=per_iteration),
         cost_source=str(profile) if profile else "roofline",
     )
+
+
+def check_outputs(trace: Path, json_path: Path | None, out: Path | None, report_dir: Path | None) -> None:
+    """Every output path checked before the simulation: one line and exit 1 if any is bad."""
+    from simctl.reports.build import check_report_dir
+
+    if json_path:
+        check_output_file(json_path, inputs=[trace], what="--json file")
+    run_dir = out or (report_dir / "run" if report_dir else None)
+    if run_dir:
+        check_output_dir(run_dir, inputs=[trace], what="--out run directory")
+        check_replaceable(run_dir)
+    if report_dir:
+        check_output_dir(report_dir, inputs=[trace], what="--report directory")
+        check_report_dir(report_dir, [run_dir] if run_dir else [])
 
 
 def run_document(setup: ReplaySetup, runs: dict[str, PolicyRun], trace_path: Path) -> RunDoc:
@@ -139,7 +162,9 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
 )
 @click.option("--model", help="Override the trace's model (catalogue name).")
 @click.option("--steps", help="Steps to replay: N or A:B (B exclusive).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of every random choice."
+)
 @click.option("--per-iteration", is_flag=True, help="Reference mode: one event per decode iteration (slow).")
 @click.option(
     "--max-num-seqs",
@@ -179,6 +204,7 @@ def replay_cmd(
     report_dir,
 ) -> None:
     """Replay TRACE under each --policy on a simulated cluster and compare."""
+    check_outputs(trace, json_path, out, report_dir)
     for p in policies:
         try:
             make_policy(p)

@@ -282,7 +282,7 @@ def hostile_profile(draw: st.DrawFn) -> str:
     elif kind == "text":
         return draw(st.sampled_from(["", "{", "[]", "null", '{"format": 1}']))
     else:
-        return '{"format": ' + "[" * 50_000 + "]" * 50_000 + "}"
+        return '{"format": ' + "[" * 5_000 + "]" * 5_000 + "}"
     return json.dumps(doc)
 
 
@@ -312,7 +312,11 @@ def test_bad_output_paths_are_refused_before_simulating(tmp_path: Path, good_tra
         (tmp_path / "file").write_text("x")
         args = ["--out", str(tmp_path / "file" / "run")]
     else:
-        args = ["--report", str(tmp_path / "rep"), "--plot", str(tmp_path / "p.xyz")]
+        plot = tmp_path / "p.xyz"
+        result = CliRunner().invoke(main, ["trace", "inspect", str(trace), "--plot", str(plot)])
+        assert_clean_failure(result)
+        assert "unknown --plot figure type '.xyz'" in result.output and not plot.exists()
+        return
     result = CliRunner().invoke(main, ["replay", str(trace), "--policy", "verl", *args])
     assert_clean_failure(result)
     assert trace.read_bytes() == before

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from simctl.traces.io import TraceError
+from simctl.traces.outputs import check_output_file
 
 
 @click.group("trace")
@@ -20,7 +21,9 @@ def trace_group() -> None:
 @click.option(
     "--steps", type=click.IntRange(min=1), default=1, show_default=True, help="RL steps to generate."
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of every random choice."
+)
 @click.option(
     "--scale",
     type=click.FloatRange(min=0.0, min_open=True, max=1.0),
@@ -34,6 +37,7 @@ def gen_cmd(preset: str, steps: int, seed: int, scale: float, tokens: bool, outp
     """Write a synthetic trace calibrated to one of the papers' workloads."""
     from simctl.traces.generate import write_generated
 
+    check_output_file(output, what="trace")
     try:
         path = write_generated(output, preset=preset, steps=steps, seed=seed, scale=scale, tokens=tokens)
     except ValueError as exc:
@@ -77,6 +81,11 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     from simctl.traces.inspect import plot_lengths, step_summary
     from simctl.traces.validate import load_valid_trace
 
+    if plot:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        kinds = {f".{k}" for k in FigureCanvasBase.get_supported_filetypes()}
+        check_output_file(plot, inputs=[trace], suffixes=kinds, what="--plot figure")
     try:
         tr = load_valid_trace(trace)
     except TraceError as exc:

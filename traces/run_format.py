@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simctl.traces.atomic import atomic_write, replace_dir
+from simctl.traces.outputs import OutputPathError
 
 FORMAT_VERSION = 2
 RUN_JSON = "run.json"
@@ -407,20 +408,20 @@ def run_id(doc: Mapping[str, object], tables: Mapping[str, pa.Table]) -> str:
 
 
 def check_replaceable(out: Path, keep: Sequence[str] = ()) -> None:
-    """Refuse (ValueError, one line) an --out that is not ours to replace: a file, or a
+    """Refuse (OutputPathError, one line) an --out that is not ours to replace: a file, or a
     directory with other things in it (beyond `keep`) and no run.json. Called by the
     commands before any simulation, and again by the writer."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ValueError(f"{out}: exists and is not a directory")
+        raise OutputPathError(f"{out}: exists and is not a directory")
     if out.is_dir() and not (out / RUN_JSON).is_file() and any(p.name not in keep for p in out.iterdir()):
-        raise ValueError(f"{out}: exists, is not empty and holds no run.json: not replacing it")
+        raise OutputPathError(f"{out}: exists, is not empty and holds no run.json: not replacing it")
     parent = out.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
-        raise ValueError(f"{out}: {parent} is not a directory")
+        raise OutputPathError(f"{out}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{out}: cannot write in {parent} (permission denied)")
+        raise OutputPathError(f"{out}: cannot write in {parent} (permission denied)")
 
 
 def write_run_dir(

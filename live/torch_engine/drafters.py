@@ -18,7 +18,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from simctl.live.torch_engine.kv_cache import KVBuffer
-from simctl.live.torch_engine.ragged_forward import ragged_forward
+from simctl.live.torch_engine.ragged_forward import output_head, ragged_forward
 
 DraftItem = tuple[list[int], list[list[int]], int]
 """(request_tokens, group_tokens, k) — the arguments of one `propose` call."""
@@ -150,7 +150,7 @@ class ModelDrafter:
     def __init__(self, model: torch.nn.Module, *, max_entries: int = 256) -> None:
         self.model = model.eval()
         self.max_entries = max_entries
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.vocab_size = int(output_head(model).weight.shape[0])
         self._entries: OrderedDict[int, _DraftCacheEntry] = OrderedDict()
         self._next_id = 0
 

@@ -23,7 +23,7 @@ import torch
 
 from simctl.live.torch_engine.drafters import Drafter, DraftItem, propose_many
 from simctl.live.torch_engine.kv_cache import KVBuffer
-from simctl.live.torch_engine.ragged_forward import ragged_forward
+from simctl.live.torch_engine.ragged_forward import output_head, ragged_forward
 from simctl.live.torch_engine.sampling import SamplingParams, request_key, sample_tokens
 
 RequestId = Hashable
@@ -112,7 +112,7 @@ class TorchEngine:
         self.device = torch.device(device)
         self.model = model.to(device=self.device, dtype=dtype).eval()
         self.max_batch = max_batch
-        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self.vocab_size = int(output_head(self.model).weight.shape[0])
         eos = getattr(self.model.config, "eos_token_id", None)
         eos_ids = eos if isinstance(eos, list | tuple) else ([] if eos is None else [eos])
         self.eos_token_ids: tuple[int, ...] = tuple(int(e) for e in eos_ids)

@@ -14,6 +14,8 @@ across transformers releases); we only build caches via `update()` and read the 
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 from transformers import DynamicCache
 
@@ -103,7 +105,9 @@ def read_new_entries(cache: DynamicCache, start: int) -> torch.Tensor:
     `cache.layers[i].keys` (transformers >= 4.56) and `cache.key_cache[i]` (older releases).
     """
     if hasattr(cache, "layers"):
-        pairs = [(layer.keys, layer.values) for layer in cache.layers]
+        # Any: the layer classes of some transformers releases are typed without keys/values
+        pairs = [(layer.keys, layer.values) for layer in cast(Any, cache).layers]
     else:  # pragma: no cover - older transformers
-        pairs = list(zip(cache.key_cache, cache.value_cache, strict=True))
+        old = cast(Any, cache)
+        pairs = list(zip(old.key_cache, old.value_cache, strict=True))
     return torch.stack([torch.stack((k[:, :, start:], v[:, :, start:])) for k, v in pairs])

@@ -15,10 +15,17 @@ shifts rotary positions. Right-padded query slots see only their own row's real 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 
 from simctl.live.torch_engine.kv_cache import KVBuffer, build_padded_cache, read_new_entries
+
+
+def output_head(model: torch.nn.Module) -> Any:
+    """A HF causal LM's LM head (`get_output_embeddings()`). Any: torch types every
+    attribute of an nn.Module as Tensor | Module, which this call is neither."""
+    return cast(Any, model).get_output_embeddings()
 
 
 @torch.inference_mode()
@@ -58,7 +65,7 @@ def ragged_forward(
         position_ids[i] = torch.arange(cache_len, cache_len + width)
 
     cache, _ = build_padded_cache(list(buffers), past)
-    base = model.base_model
+    base = cast(Any, model).base_model
     out = base(
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),
@@ -75,5 +82,5 @@ def ragged_forward(
     rows = torch.as_tensor(row_idx, dtype=torch.int64, device=device)
     cols = torch.as_tensor(col_idx, dtype=torch.int64, device=device)
     picked = hidden[rows, cols]
-    logits = model.get_output_embeddings()(picked)
+    logits = output_head(model)(picked)
     return logits, read_new_entries(cache, past)

@@ -39,7 +39,7 @@ def tiny_llama_config(
     (W4 rounding then flips most argmaxes, unlike in a trained model); a gain on the head alone
     gives confident predictions while the body stays smooth.
     """
-    return LlamaConfig(
+    return LlamaConfig(  # type: ignore[call-arg]  # HF configs take **kwargs
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -68,7 +68,7 @@ def tiny_qwen2_config(
     lm_head_gain: float = 25.0,
 ) -> Qwen2Config:
     """Qwen2 counterpart of `tiny_llama_config` (adds QKV biases)."""
-    return Qwen2Config(
+    return Qwen2Config(  # type: ignore[call-arg]  # HF configs take **kwargs
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -88,7 +88,7 @@ def tiny_qwen2_config(
 
 def qwen2_5_7b_config() -> Qwen2Config:
     """Qwen2.5-7B(-Instruct) architecture, values from its published config.json."""
-    return Qwen2Config(
+    return Qwen2Config(  # type: ignore[call-arg]  # HF configs take **kwargs
         vocab_size=152064,
         hidden_size=3584,
         intermediate_size=18944,
@@ -114,7 +114,7 @@ def qwen2_5_0_5b_config(*, vocab_size: int = 152064) -> Qwen2Config:
     7B so that random-weight targets, which can emit any id, never feed the drafter an id it
     lacks. Pass 151936 for the exact published shape.
     """
-    return Qwen2Config(
+    return Qwen2Config(  # type: ignore[call-arg]  # HF configs take **kwargs
         vocab_size=vocab_size,
         hidden_size=896,
         intermediate_size=4864,

@@ -15,6 +15,8 @@ the CPU kernel overrides; when the override is already registered it is replaced
 
 from __future__ import annotations
 
+from typing import Any
+
 KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 
 
@@ -59,11 +61,11 @@ def _swap_registered_impl() -> None:
     import importlib
 
     wrapper = getattr(importlib.import_module(module_name), attr, None)
-    if hasattr(wrapper, "_impl"):
+    if wrapper is not None and hasattr(wrapper, "_impl"):
         wrapper._impl = expand_kernel_impl
 
 
-def _register_overrides_once(platform_cls: type) -> None:
+def _register_overrides_once(platform_cls: Any) -> None:
     """Second fix, for several engines in one process (one per rollout worker): every
     engine's worker re-registers the CPU kernel overrides, and the re-registration scans
     all modules with `vars(obj).get(...)`, which raises on objects whose __dict__ is not a
@@ -88,4 +90,4 @@ def _register_overrides_once(platform_cls: type) -> None:
         done.append(True)
 
     once._simctl_once = True  # type: ignore[attr-defined]
-    platform_cls.register_triton_kernel_overrides = classmethod(once)  # type: ignore[method-assign]
+    platform_cls.register_triton_kernel_overrides = classmethod(once)

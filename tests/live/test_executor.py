@@ -21,7 +21,7 @@ import pytest
 
 from simctl.live.backend import Delta, StepTiming
 from simctl.live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveError, LiveExecutor
-from simctl.live.recorder import PolicyRun, write_recording
+from simctl.live.recorder import LiveRun, write_recording
 from simctl.live.workload import Workload, from_trace
 from simctl.policies.contract import (
     SPEC_OFF,
@@ -414,8 +414,9 @@ def tiny():
     return load_model("random:tiny", seed=0)
 
 
-def _torch_runs(tiny, specs: Sequence[str], workers: int = 2, temperature: float = 1.0) -> list[PolicyRun]:
-    from simctl.live.session import TorchBackend, run_policies
+def _torch_runs(tiny, specs: Sequence[str], workers: int = 2, temperature: float = 1.0) -> list[LiveRun]:
+    from simctl.live.session import run_policies
+    from simctl.live.torch_backend import TorchBackend
     from simctl.live.workload import Prompt, from_prompts
 
     prompts = [Prompt("a" * (20 + 9 * i)) for i in range(3)]
@@ -437,7 +438,7 @@ def _torch_runs(tiny, specs: Sequence[str], workers: int = 2, temperature: float
     return runs
 
 
-def _outputs(run: PolicyRun) -> dict[tuple[int, int], list[int]]:
+def _outputs(run: LiveRun) -> dict[tuple[int, int], list[int]]:
     rec = run.records[0]
     out = {(r.spec_in.prompt_id, r.spec_in.sample): r.tokens for r in rec.requests[: rec.n_requests]}
     for replica in rec.requests[rec.n_requests :]:  # cancelled Fastest-of-N copies: a prefix

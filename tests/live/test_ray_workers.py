@@ -117,10 +117,10 @@ def test_no_ray_is_one_line(monkeypatch) -> None:
         return real(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    from simctl.live.ray_workers import _ray
+    from simctl.live.ray_workers import require_ray
 
     with pytest.raises(RayUnavailable, match="pip install"):
-        _ray()
+        require_ray()
 
 
 def test_simctl_live_ray_records_what_an_in_process_run_records(cluster, tmp_path: Path) -> None:

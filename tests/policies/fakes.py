@@ -104,6 +104,11 @@ class FakeView:
     def request(self, request: int) -> RequestView:
         return self.requests[request]
 
+    def worker_requests(self, worker: int) -> Sequence[int]:
+        return sorted(
+            r for r, rv in self.requests.items() if rv.worker == worker and rv.state in ("waiting", "running")
+        )
+
     def step_requests(self) -> Sequence[int]:
         return sorted(self.requests)
 

@@ -13,18 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simctl.policies.best_drafter import (
-    MODEL_FREE,
-    MULTI_PATH,
-    P_MAX,
-    Arm,
-    BestDrafter,
-    _Assignment,
-    _Option,
-    p_from_tau,
-    p_from_tau_bisect,
-    tau_table,
-)
+from simctl.policies.acceptance_tables import p_from_tau, p_from_tau_bisect, tau_table
+from simctl.policies.best_drafter import MODEL_FREE, BestDrafter
 from simctl.policies.composite import VARIANTS, ReplicaAwareScheduler
 from simctl.policies.contract import (
     SPEC_OFF,
@@ -43,6 +33,8 @@ from simctl.policies.contract import (
     Tick,
     WorkerIdle,
 )
+from simctl.policies.drafter_arms import MULTI_PATH, P_MAX, Arm
+from simctl.policies.drafter_assignment import Assignment, Option
 from simctl.policies.fastest_of_n import FastestOfN, Rung
 from simctl.policies.registry import make_policy
 from simctl.policies.seer_acceptance import expected_accept_len
@@ -125,10 +117,11 @@ def drafter_setup(
         view.methods = methods
     view.set_worker(0, running=batch, kv_used_tokens=100 * batch)
     for rid in range(batch):
-        view.add_request(rid, 0, prompt_id=rid)
+        view.add_request(rid, None, state="unassigned", prompt_id=rid)
     drafter = BestDrafter(("suffix", "draft_small"), multi_path=False, **kw)  # type: ignore[arg-type]
     drafter.on_event(StepStarted(0.0, 0, 0, tuple(range(batch))), view)
-    drafter.observe([Assign(request=r, worker=0) for r in range(batch)])
+    for rid in range(batch):  # placed by another part, then applied by the executor
+        view.add_request(rid, 0, prompt_id=rid)
     return drafter, view
 
 
@@ -206,13 +199,14 @@ def test_full_batches_get_one_setting_and_history_needs_an_earlier_epoch() -> No
     view.set_worker(0, running=500, kv_used_tokens=10**5)
     view.t_per_token = 1e-3  # verification is expensive at this batch: plain decoding wins
     drafter = BestDrafter(("suffix", "history"), per_request_batch=64)
-    view.add_request(0, 0)
+    view.add_request(0, None, state="unassigned")
     drafter.on_event(StepStarted(0.0, 0, 0, (0,)), view)
-    drafter.observe([Assign(request=0, worker=0)])
+    view.add_request(0, 0)  # placed
     assert drafter.configure(0, view) == []  # plain, as the worker already is
     view.t_per_token = 1e-7  # nearly free verification: the whole worker speculates, in one action
+    view.add_request(0, None, state="unassigned")
     drafter.on_event(StepStarted(1.0, 1, 0, (0,)), view)  # cost tables are kept per step
-    drafter.observe([Assign(request=0, worker=0)])
+    view.add_request(0, 0)
     (action,) = drafter.configure(0, view)
     assert isinstance(action, SetSpec) and action.worker == 0 and action.request is None
     assert action.spec.method == "suffix"  # no earlier epoch: no history drafting
@@ -245,22 +239,22 @@ def test_assignment_rescans_only_what_a_dropped_method_can_change() -> None:
         for _ in range(12):
             base = rng.uniform(1.0, 2.0)
             opts = [
-                _Option(m, arm, base * (1 + rng.choice([0.0, 5e-10, 1.5e-9, 1e-3, -1e-3])), 0.5)
+                Option(m, arm, base * (1 + rng.choice([0.0, 5e-10, 1.5e-9, 1e-3, -1e-3])), 0.5)
                 for m in methods
                 if rng.random() < 0.8
             ]
             options.append(opts)
         threshold = rng.uniform(0.9, 1.5)
         full = frozenset(methods)
-        trial = _Assignment(FakeView.make(1), 12, 100.0, options, threshold)
+        trial = Assignment(FakeView.make(1), 12, 100.0, options, threshold)
         trial.choice(full)
         for m in methods:
             derived = trial.choice(full - {m}, full)
-            assert derived == _Assignment(FakeView.make(1), 12, 100.0, options, threshold).choice(full - {m})
+            assert derived == Assignment(FakeView.make(1), 12, 100.0, options, threshold).choice(full - {m})
             for m2 in methods:
                 if m2 != m:
                     smaller = full - {m, m2}
-                    want = _Assignment(FakeView.make(1), 12, 100.0, options, threshold).choice(smaller)
+                    want = Assignment(FakeView.make(1), 12, 100.0, options, threshold).choice(smaller)
                     assert trial.choice(smaller, full - {m}) == want
 
 
@@ -350,7 +344,7 @@ class ReferenceDrafter(BestDrafter):
         ctx = context if context is not None else float(max(wv.kv_used_tokens, b))
         key = self._key(b, ctx)
         plain = view.cost(key[0], key[0], key[1])
-        rids = sorted(self.members.get(worker, ()))
+        rids = self.placed(worker, view)
         if b > self.per_request_batch or not rids:
             allowed_methods = (self.fixed,) if self.fixed else self._allowed()
             if self.fixed and self.fixed not in view.draft_methods:
@@ -689,8 +683,13 @@ def test_fon_races_a_lone_straggler_on_spare_workers_in_the_simulator() -> None:
 def test_variants_are_registered_with_parameters(name: str) -> None:
     policy = make_policy(f"{name}:fon_max_batch=2,methods=suffix/eagle,per_request_batch=8")
     params = policy.params()
-    assert params["BestDrafter"]["methods"] == ["suffix", "eagle"]  # type: ignore[index]
-    assert ("FastestOfN" in params) == (name != "composite-no-fon")
-    assert "suffix" in getattr(policy, "draft_rules", {})
-    if name == "composite-fixed-drafter":
-        assert params["BestDrafter"]["fixed"] == "suffix"  # type: ignore[index]
+    assert params["methods"] == ["suffix", "eagle"] and params["fon_max_batch"] == 2
+    parts = {type(p).__name__: p for p in policy.parts}  # type: ignore[attr-defined]
+    assert parts["BestDrafter"].methods == ("suffix", "eagle")
+    assert params["fon"] == ("FastestOfN" in parts) == (name != "composite-no-fon")
+    assert "suffix" in policy.draft_rules
+    assert (
+        params["fixed"]
+        == parts["BestDrafter"].fixed
+        == ("suffix" if name == "composite-fixed-drafter" else None)
+    )

@@ -8,8 +8,8 @@ import pytest
 
 from simctl.policies.beg_mab import Strategy
 from simctl.policies.efficientrollout import EfficientRolloutSpeculation
+from simctl.policies.family import without_params
 from simctl.policies.registry import REGISTRY, make_policy
-from simctl.policies.tlt import tlt
 from simctl.sim.replay import PolicyRun, run_policy
 from tests.factories import make_frame, make_setup, make_trace, random_lengths, run_one
 
@@ -31,7 +31,7 @@ def _trace(steps: int = 1, n: int = 64, accept: dict[str, float] | None = None, 
 
 def _run_object(monkeypatch: pytest.MonkeyPatch, trace, policy) -> PolicyRun:
     """Replay a policy object we keep a handle on (to read its state afterwards)."""
-    monkeypatch.setitem(REGISTRY, "captured", (lambda: policy, "test"))
+    monkeypatch.setitem(REGISTRY, "captured", without_params("captured", "test", lambda: policy))
     return run_policy(make_setup(trace, cluster="h100x16"), "captured")
 
 
@@ -49,10 +49,12 @@ def test_policy_replays_and_speculates(name: str) -> None:
 def test_every_name_is_registered_and_takes_cli_parameters() -> None:
     for name in NAMES:
         assert name in REGISTRY
-    assert make_policy("efficientrollout:gammas=5/7,epsilon=0.1").params()["EfficientRolloutSpeculation"][
-        "gammas"
-    ] == [5, 7]
-    assert make_policy("tlt:threshold=16,pretrained=true").params()["TltSpeculation"]["threshold"] == 16
+    er = make_policy("efficientrollout:gammas=5/7,epsilon=0.1")
+    assert er.params()["gammas"] == [5, 7] and er.params()["epsilon"] == 0.1
+    assert er.parts[1].controller.gammas == (5, 7)  # type: ignore[attr-defined]
+    tlt_policy = make_policy("tlt:threshold=16,pretrained=true")
+    assert tlt_policy.params()["threshold"] == 16 and tlt_policy.params()["pretrained"] is True
+    assert tlt_policy.parts[2].threshold == 16  # type: ignore[attr-defined]
 
 
 def test_toggle_is_monotone_per_worker_in_the_simulator() -> None:
@@ -86,7 +88,7 @@ def test_tlt_spot_trains_on_idle_workers_then_drafts_with_eagle(monkeypatch: pyt
     # one group per worker; group 0 is long, so the other three workers idle early
     lengths = np.array([4000] * 4 + [300] * 12)
     frames = [make_frame(lengths, step=s, accept=ACCEPT) for s in range(2)]
-    pol = tlt()
+    pol = make_policy("tlt")
     run = _run_object(monkeypatch, make_trace(frames), pol)
     roles = pd.concat(run.roles)
     spot = roles[roles["role"] == "spot-trainer"]

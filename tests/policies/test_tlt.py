@@ -138,3 +138,27 @@ def test_drafter_scale_training_keeps_up_with_drift_and_total_matches_even_histo
     assert eagle_acceptance_scale(300.0, 3, p) == eagle_acceptance_scale_history([100.0] * 3, p)
     e = [eagle_acceptance_scale(g, 20, p) for g in (0.0, 10.0, 100.0, 1000.0)]
     assert e == sorted(e) and all(math.isfinite(x) for x in e)
+
+
+def test_a_request_migrated_onto_a_worker_counts_in_that_workers_reward() -> None:
+    """The bandit's reward for a worker is read from the requests on it now
+    (`view.worker_requests`), so a request that migrated there counts there."""
+    view = FakeView.make(2)
+    view.add_request(0, worker=0)
+    view.add_request(1, worker=1)
+    view.set_worker(0, running=1, kv_used_tokens=100)
+    view.set_worker(1, running=1, kv_used_tokens=100)
+    pol = TltSpeculation(DrafterLedger(pretrained=True), epsilon=0.0)
+    _start(pol, view, requests=(0, 1))
+    assert pol.on_event(Tick(time_s=1.0, worker=0, iteration=16), view)  # both active now
+    assert pol.on_event(Tick(time_s=1.0, worker=1, iteration=16), view)
+    chosen = pol._strategy[1]
+    # request 0 moved to worker 1 and drafted there alongside request 1
+    view.add_request(0, worker=1, drafted_tokens=96, accepted_tokens=40, verify_iterations=16)
+    view.add_request(1, worker=1, drafted_tokens=96, accepted_tokens=24, verify_iterations=16)
+    view.set_worker(0, running=0, kv_used_tokens=0)
+    view.set_worker(1, running=2, kv_used_tokens=200)
+    pol.on_event(Tick(time_s=2.0, worker=1, iteration=32), view)
+    # both requests' 64 accepted tokens over 32 verify iterations (request 1 alone: 2.5)
+    assert list(pol.mab.accept_lens[chosen]) == [pytest.approx(1 + 64 / 32)]
+    assert len(pol.mab.rewards[chosen]) == 1 and pol.mab.rewards[chosen][0] > 0

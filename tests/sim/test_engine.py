@@ -215,9 +215,9 @@ def test_ticks_are_reported_every_period_without_ending_the_block() -> None:
 def test_uniform_drafting_shortcut_prices_like_the_general_path(policy: str, monkeypatch) -> None:
     """Every plan of a run priced both ways: the shortcut for "all rows draft alike,
     coupled" (the batch the plan already counted) must equal the per-method general path."""
-    from simctl.sim.worker import Worker
+    from simctl.sim.spec_planner import SpecPlanner
 
-    general = Worker._draft_times
+    general = SpecPlanner.draft_times
     checked = []
 
     def both(self, ids, methods, gamma, window, topk, ctx, finish, batch=None):
@@ -228,7 +228,7 @@ def test_uniform_drafting_shortcut_prices_like_the_general_path(policy: str, mon
         checked.append(batch is not None and (methods == methods[0]).all() and not window.any())
         return fast
 
-    monkeypatch.setattr(Worker, "_draft_times", both)
+    monkeypatch.setattr(SpecPlanner, "draft_times", both)
     lengths = random_lengths(5, 48, hi=900)
     trace = make_trace(make_frame(lengths, accept={"ngram": 0.5, "draft_small": 0.6, "w4_self": 0.7}))
     run_one(trace, policy, cluster="h100x8")

@@ -97,7 +97,7 @@ def test_veRL_2x_is_a_cluster_flag(trace_file: Path, tmp_path: Path) -> None:
     [
         (["--policy", "nope"], "unknown policy 'nope'; known:"),
         (["--policy", "ngram:gamma"], "is not key=value"),
-        (["--policy", "ngram:bogus=1"], "unexpected keyword argument 'bogus'"),
+        (["--policy", "ngram:bogus=1"], "unknown parameter bogus='1' (known: gamma)"),
         (["--cluster", "h100x7x"], "cluster spec 'h100x7x'"),
         (["--cluster", "tpu4x8"], "tpu4"),
         (["--steps", "7:9"], "selects no step"),

@@ -86,7 +86,7 @@ def test_history_verdicts_equal_drafting_with_the_suffix_tree(seed: int) -> None
         tree.extend(i, resp, weight=rewards[0][i] + REWARD_COUNT_EPS, context=PROMPT)
     depth = 40
     for rid, resp in enumerate(cur):
-        run, anchor = replay._static_verdicts(rule, rid)
+        run, anchor = replay.history.static_verdicts(rule, rid)
         for p in range(len(resp) + 1):
             paths = tree.draft(PROMPT + resp[:p], depth=depth)
             assert bool(paths) == bool(anchor[p])
@@ -148,8 +148,8 @@ def test_aimd_window_reaches_its_cap_on_a_response_repeated_exactly() -> None:
     rule = DraftRule(source="history", aimd=Aimd(2, 2, 32))
     replay = replay_for(trace, 1, {"history": rule})
     replay.state.generated[0] = 10
-    out = replay._history(rule, np.array([0]), np.array([4]), 40)
-    plan = replay._plans[0]
+    out = replay.history.draft(rule, np.array([0]), np.array([4]), 40)
+    plan = replay.ledger.plans[0]
     windows = [2, *plan.window_after.tolist()]
     assert out[0, :5].tolist() == [3, 5, 7, 9, 11]  # every draft accepted, +1 bonus token
     assert windows[:17] == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 32]
@@ -217,14 +217,14 @@ def test_model_blocks_go_on_past_fetch_ticks_until_the_acceptance_drifts(monkeyp
     """Without token ids, Seer's grouped SD samples acceptance from Table 2 by visible
     siblings; a block re-plans at a fetch tick only when that acceptance moved by more than
     MODEL_DRIFT. Re-planning at every tick instead gives the same rollout in distribution."""
-    import simctl.sim.engine as engine
+    import simctl.sim.worker as worker
     from tests.factories import make_frame, make_trace, random_lengths
 
     lengths = random_lengths(7, 64, lo=200, hi=3000)
     trace = make_trace(make_frame(lengths, group_size=8, accept={"suffix": 0.6}))
     kw = dict(cluster="h100x4:tp1", cost=LinearCost())
     lazy = [run_one(trace, "seer:tick_iterations=16", seed=s, **kw) for s in range(8)]
-    monkeypatch.setattr(engine, "MODEL_DRIFT", -1.0)  # every tick re-plans
+    monkeypatch.setattr(worker, "MODEL_DRIFT", -1.0)  # every tick re-plans
     eager = [run_one(trace, "seer:tick_iterations=16", seed=s, **kw) for s in range(8)]
     assert sum(r.counters["blocks"] for r in lazy) < 0.7 * sum(r.counters["blocks"] for r in eager)
     mk_lazy = np.mean([r.steps[0].rollout_makespan_s for r in lazy])
@@ -249,8 +249,8 @@ def test_exact_ngram_replay_equals_the_live_prompt_lookup_drafter(seed: int) -> 
     for rid, resp in enumerate(responses):
         for gamma in (1, 4):
             replay = replay_for(trace, 0, {"ngram": rule})
-            out = replay._lookup_exact(rule, rid, gamma, len(resp))
-            plan = replay._plans[rid]
+            out = replay.lookup.draft(rule, rid, gamma, len(resp))
+            plan = replay.ledger.plans[rid]
             tokens, iterations, drafted, hits = replay_model_free("ngram", PROMPT, resp, [], gamma)
             assert int(out[: len(plan.pos_after)].sum()) == tokens == len(resp)
             assert len(plan.pos_after) == iterations

@@ -1,0 +1,75 @@
+"""Output paths checked before any work: a command that will fail to write its result says
+so at once, in one line, instead of after a long simulation (or by overwriting its input).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot or must not be written; the message is one line."""
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _nearest_existing(path: Path) -> Path:
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return parent
+
+
+def check_name(path: Path) -> None:
+    """A name the run's JSON documents can record (Linux allows bytes that are not UTF-8)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise OutputPathError(f"{os.fsencode(path)!r}: file name is not valid UTF-8") from None
+
+
+def check_writable_parent(path: Path) -> None:
+    """The nearest existing ancestor of `path` is a directory this process may write in."""
+    parent = _nearest_existing(path)
+    if not parent.is_dir():
+        raise OutputPathError(f"{path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputPathError(f"{path}: cannot write in {parent} (permission denied)")
+
+
+def check_output_file(
+    path: Path, inputs: Iterable[Path] = (), suffixes: Iterable[str] | None = None, what: str = "output"
+) -> None:
+    """A file to be written: not an input, not a directory, in a writable place, and (when
+    `suffixes` is given) with one of those endings."""
+    check_name(path)
+    for source in inputs:
+        if _same(path, source):
+            raise OutputPathError(f"{path}: is the input {source}; the {what} would overwrite it")
+    if path.is_dir():
+        raise OutputPathError(f"{path}: is a directory, expected a file for the {what}")
+    if suffixes is not None:
+        allowed = sorted(suffixes)
+        if path.suffix.lower() not in allowed:
+            raise OutputPathError(
+                f"{path}: unknown {what} type '{path.suffix}'; use one of {', '.join(allowed)}"
+            )
+    check_writable_parent(path)
+
+
+def check_output_dir(path: Path, inputs: Iterable[Path] = (), what: str = "output directory") -> None:
+    """A directory to be written whole: not an input, not a file, in a writable place."""
+    check_name(path)
+    for source in inputs:
+        if _same(path, source) or (_same(path.parent, source) and source.is_file()):
+            raise OutputPathError(f"{path}: would overwrite the input {source}")
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{path}: exists and is not a directory ({what})")
+    check_writable_parent(path)
