@@ -2,14 +2,19 @@
 
 Every part sees every event in the order given; their actions are concatenated, so a later
 part can refine what an earlier one decided (e.g. a speculation part setting gamma on a
-request a scheduler part just placed).
+request a scheduler part just placed). Parts that override `Policy.observe` also see every
+non-empty answer of any part as soon as it is given, so a later part can act on
+placements an earlier one made at the same instant (the view shows them only once the
+executor applied them). The composed policy drafts with the union of its parts'
+`draft_rules`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from simctl.policies.contract import Action, Capability, ClusterView, Event, Policy
+from simctl.policies.draft_rule import DraftRule
 
 
 class Composed(Policy):
@@ -20,15 +25,30 @@ class Composed(Policy):
         self.requires = frozenset().union(*(p.requires for p in parts))
         ticks = [p.tick_iterations for p in parts if p.tick_iterations]
         self.tick_iterations = min(ticks) if ticks else None
+        self._observers = tuple(p for p in self.parts if type(p).observe is not Policy.observe)
+        rules: dict[str, DraftRule] = {}
+        for part in self.parts:
+            rules.update(part.draft_rules)
+        self._rules = rules
+
+    @property
+    def draft_rules(self) -> Mapping[str, DraftRule]:
+        return self._rules
+
+    def observe(self, actions: Sequence[Action]) -> None:
+        for part in self._observers:
+            part.observe(actions)
 
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
         out: list[Action] = []
+        observers = self._observers
         for part in self.parts:
-            out.extend(part.on_event(event, view))
+            actions = part.on_event(event, view)
+            if actions:
+                out.extend(actions)
+                for observer in observers:
+                    observer.observe(actions)
         return out
-
-    def params(self) -> dict[str, object]:
-        return {type(p).__name__: p.params() for p in self.parts}
 
 
 def requirement_gaps(policy: Policy, capabilities: frozenset[Capability]) -> list[str]:

@@ -7,8 +7,8 @@ request, and SpecActor's Fastest-of-N, in one policy (issue 7, "Beyond the paper
 | composite-no-fon | same | best drafter per request | - |
 | composite-fixed-drafter | same | one method (`fixed`, the suffix tree) with depth by batch | yes |
 
-Parts, in order (`Composite` delivers every event to each, then lets every part observe
-the actions the others returned):
+Parts, in order (`compose.Composed` delivers every event to each, and every non-empty
+answer of a part to the parts that observe answers, `Policy.observe`):
 1. `ReplicaAwareScheduler`: `seer_scheduler.SeerScheduler`, plus what Fastest-of-N
    requires of it: a request finished by a replica releases the chunk the scheduler
    reserved for it where it was dispatched (or leaves the buffer if it was waiting there),
@@ -34,10 +34,12 @@ The trace must carry an `accept_<m>` column for every method in `methods`.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
-from typing import cast
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, cast
 
 from simctl.policies.best_drafter import DEFAULT_METHODS, PER_REQUEST_BATCH, BestDrafter
+from simctl.policies.compose import Composed
 from simctl.policies.contract import (
     Action,
     Assign,
@@ -49,44 +51,24 @@ from simctl.policies.contract import (
     RequestId,
     WorkerId,
 )
+from simctl.policies.draft_methods import DraftMethod
+from simctl.policies.family import Family
 from simctl.policies.fastest_of_n import FastestOfN
-from simctl.policies.registry import register
+from simctl.policies.params import Flag, Float, Int, Method, OneOf, OrNone, Param, ParamError, SlashList
 from simctl.policies.seer_scheduler import (
     CHUNK_TOKENS,
     KV_MARGIN,
     MAX_SEQS,
     MIN_CHUNK_TOKENS,
+    ORDERINGS,
     Ordering,
+    SchedulerParams,
     SeerScheduler,
 )
 from simctl.policies.seer_spec import FETCH_ITERATIONS
-from simctl.policies.suffix_tree import Drafting
 
 FON_MAX_BATCH = 4
 FON_RESERVE = 1.0
-
-
-class Composite(Drafting):
-    """A composed policy whose parts may also observe each other's actions: after a part
-    answers an event, every part with an `observe(actions)` method sees those actions, so a
-    later part can act on placements an earlier one made at the same instant (the view
-    shows them only once the executor applied them)."""
-
-    def __init__(self, name: str, parts: Sequence[Policy]) -> None:
-        super().__init__(name, parts)
-        self._observers: list[Callable[[Sequence[Action]], None]] = [
-            obs for p in self.parts if callable(obs := getattr(p, "observe", None))
-        ]
-
-    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
-        out: list[Action] = []
-        for part in self.parts:
-            actions = part.on_event(event, view)
-            if actions:
-                out.extend(actions)
-                for observe in self._observers:
-                    observe(actions)
-        return out
 
 
 class ReplicaAwareScheduler(SeerScheduler):
@@ -189,50 +171,52 @@ class ReplicaAwareScheduler(SeerScheduler):
         return best
 
 
-def build(
-    name: str,
-    fon: bool = True,
-    fixed: str | None = None,
-    chunk_tokens: int = CHUNK_TOKENS,
-    min_chunk_tokens: int = MIN_CHUNK_TOKENS,
-    max_seqs: int = MAX_SEQS,
-    kv_margin: float = KV_MARGIN,
-    seed: int = 0,
-    ordering: str = "context",
-    methods: str | Sequence[str] = DEFAULT_METHODS,
-    per_request_batch: int = PER_REQUEST_BATCH,
-    multi_path: bool = True,
-    tick_iterations: int = FETCH_ITERATIONS,
-    fon_max_batch: int = FON_MAX_BATCH,
-    fon_reserve: float = FON_RESERVE,
-) -> Composite:
+@dataclass(frozen=True)
+class CompositeParams(SchedulerParams):
+    """The scheduler's parameters (`SchedulerParams`), then speculation's and Fastest-of-N's."""
+
+    ordering: Annotated[str, Param(OneOf(ORDERINGS), "buffer order (Seer Alg. 1: context)")] = "context"
+    methods: Annotated[
+        tuple[DraftMethod, ...], Param(SlashList(Method()), "draft methods a request may speculate with")
+    ] = DEFAULT_METHODS
+    fixed: Annotated[
+        DraftMethod | None, Param(OrNone(Method()), "the one method requests speculate with (one of methods)")
+    ] = None
+    per_request_batch: Annotated[
+        int, Param(Int(0, 1 << 16), "above this batch a worker gets one setting for all")
+    ] = PER_REQUEST_BATCH
+    multi_path: Annotated[bool, Param(Flag(), "draft the suffix tree as Seer's multi-path tree")] = True
+    tick_iterations: Annotated[
+        int, Param(Int(1, 1 << 20), "decode iterations between worker configurations")
+    ] = FETCH_ITERATIONS
+    fon: Annotated[bool, Param(Flag(), "Fastest-of-N replicas on spare workers")] = True
+    fon_max_batch: Annotated[int, Param(Int(1, 1 << 16), "replicas per Fastest-of-N worker")] = FON_MAX_BATCH
+    fon_reserve: Annotated[
+        float, Param(Float(0.0), "free workers kept back per request in flight (for re-dispatch)")
+    ] = FON_RESERVE
+
+    def __post_init__(self) -> None:
+        if self.fixed is not None and self.fixed not in self.methods:
+            allowed = "one of " + "/".join(self.methods) + ", or none"
+            raise ParamError("is not among methods", key="fixed", allowed=allowed)
+
+
+def build(name: str, p: CompositeParams) -> Composed:
     """The composite policy from its parts' parameters."""
     scheduler = ReplicaAwareScheduler(
-        cast(Ordering, ordering),
-        int(chunk_tokens),
-        int(max_seqs),
-        float(kv_margin),
-        int(seed),
-        int(min_chunk_tokens),
+        cast(Ordering, p.ordering), p.chunk_tokens, p.max_seqs, p.kv_margin, p.seed, p.min_chunk_tokens
     )
     drafter = BestDrafter(
-        methods,
-        fixed=fixed or None,
-        per_request_batch=int(per_request_batch),
-        multi_path=bool(multi_path),
-        tick_iterations=int(tick_iterations),
+        p.methods,
+        fixed=p.fixed,
+        per_request_batch=p.per_request_batch,
+        multi_path=p.multi_path,
+        tick_iterations=p.tick_iterations,
     )
     parts: list[Policy] = [scheduler, drafter]
-    if fon:
-        parts.append(FastestOfN(int(fon_max_batch), drafter.ladder, float(fon_reserve)))
-    return Composite(name, parts)
-
-
-def _variant(name: str, **fixed_kw: object) -> Callable[..., Policy]:
-    def factory(**kw: object) -> Policy:
-        return build(name, **{**fixed_kw, **kw})  # type: ignore[arg-type]
-
-    return factory
+    if p.fon:
+        parts.append(FastestOfN(p.fon_max_batch, drafter.ladder, p.fon_reserve))
+    return Composed(name, parts)
 
 
 VARIANTS: dict[str, tuple[dict[str, object], str]] = {
@@ -245,10 +229,12 @@ VARIANTS: dict[str, tuple[dict[str, object], str]] = {
         "composite without Fastest-of-N replicas",
     ),
     "composite-fixed-drafter": (
-        {"fixed": "suffix"},
+        {"fixed": DraftMethod.SUFFIX},
         "composite with one drafter (Seer's grouped suffix tree) for every request",
     ),
 }
 
-for _name, (_fixed, _help) in VARIANTS.items():
-    register(_name, _variant(_name, **_fixed), _help)
+FAMILIES: tuple[Family[Any], ...] = tuple(
+    Family(name, text, CompositeParams, build, defaults=defaults)
+    for name, (defaults, text) in VARIANTS.items()
+)

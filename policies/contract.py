@@ -18,9 +18,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Literal, NamedTuple, Protocol
+
+from simctl.policies.draft_rule import DraftRule
+from simctl.policies.params import PolicyParams
 
 RequestId = int
 WorkerId = int
@@ -250,7 +254,7 @@ class RequestView(NamedTuple):
     max_tokens: int
     generated: int
     worker: WorkerId | None
-    state: Literal["unassigned", "waiting", "running", "finished", "deferred"]
+    state: Literal["unassigned", "waiting", "running", "finished", "deferred", "cancelled"]
     spec: SpecConfig
     drafted_tokens: int
     accepted_tokens: int
@@ -295,53 +299,103 @@ class ModelInfo:
     tp: int
     group_size: int
     temperature: float
-    extras: Mapping[str, float] = field(default_factory=dict)
 
 
 class ClusterView(Protocol):
     """Read-only state. Executors implement it over their own bookkeeping; every call is a
-    cheap read at the current instant (policies may call it on every event)."""
+    cheap read at the current instant (policies may call it on every event). Actions a
+    policy returns show in the view only once the executor applied them (after `on_event`
+    returned)."""
 
     @property
-    def now_s(self) -> float: ...
+    def now_s(self) -> float:
+        """The executor's clock at this event, in seconds (simulated or measured; event
+        times use the same clock). Cost: constant."""
+        ...
+
     @property
-    def step(self) -> int: ...
+    def step(self) -> int:
+        """The RL step being rolled out (0-based). Cost: constant."""
+        ...
+
     @property
-    def epoch(self) -> int: ...
+    def epoch(self) -> int:
+        """The epoch of the step (prompts repeat once per epoch). Cost: constant."""
+        ...
+
     @property
-    def capabilities(self) -> frozenset[Capability]: ...
+    def capabilities(self) -> frozenset[Capability]:
+        """Actions the executor carries out exactly in this run. Cost: constant."""
+        ...
+
     @property
-    def info(self) -> ModelInfo: ...
+    def info(self) -> ModelInfo:
+        """The rollout model, GPU, TP degree, group size and temperature. Cost: constant."""
+        ...
+
     @property
-    def num_workers(self) -> int: ...
+    def num_workers(self) -> int:
+        """Rollout workers (TP groups), ids 0 .. num_workers - 1. Cost: constant."""
+        ...
+
     @property
     def draft_methods(self) -> frozenset[str]:
         """Draft methods the executor can speculate with in this run (a replayed trace needs
-        an acceptance column per method; a live backend has its own drafters)."""
+        an acceptance column per method; a live backend has its own drafters). Cost:
+        constant."""
         ...
 
-    def worker(self, worker: WorkerId) -> WorkerView: ...
-    def request(self, request: RequestId) -> RequestView: ...
+    def worker(self, worker: WorkerId) -> WorkerView:
+        """One worker's role, batch (running / waiting), KV use and speculation setting now.
+        Cost: constant (a small record is built per call)."""
+        ...
+
+    def request(self, request: RequestId) -> RequestView:
+        """One request of this step as it is now: placement, state, tokens generated and its
+        speculation counters. Cost: constant (a named tuple is built per call)."""
+        ...
+
     def worker_requests(self, worker: WorkerId) -> Sequence[RequestId]:
         """Unfinished requests placed on `worker` now (state "waiting" or "running"), in
         ascending id order; a migrated request is listed on its new worker only, a
         Fastest-of-N replica is not a request. Cost: proportional to the worker's requests."""
         ...
 
-    def step_requests(self) -> Sequence[RequestId]: ...
-    def unfinished_count(self) -> int: ...
-    def history(self, prompt_id: int) -> PromptHistory: ...
-    def cost(self, num_seqs: float, new_tokens: float, context_tokens: float) -> float:
-        """Predicted seconds of one worker iteration (the executor's cost model or profile)."""
+    def step_requests(self) -> Sequence[RequestId]:
+        """Every request of this step, finished ones included, in id order. Cost: constant
+        to get (the executor's own sequence: do not modify it); iterating it is
+        proportional to the step's requests."""
         ...
 
-    def draft_cost(self, method: str, num_seqs: float, context_tokens: float, gamma: int) -> float: ...
+    def unfinished_count(self) -> int:
+        """Requests of this step not finished yet. Cost: constant."""
+        ...
+
+    def history(self, prompt_id: int) -> PromptHistory:
+        """What earlier steps showed for a prompt (empty in its first epoch). Cost:
+        constant (a lookup)."""
+        ...
+
+    def cost(self, num_seqs: float, new_tokens: float, context_tokens: float) -> float:
+        """Predicted seconds of one worker iteration (the executor's cost model or profile).
+        Cost: one cost-model evaluation (microseconds; memoise where called in loops)."""
+        ...
+
+    def draft_cost(self, method: str, num_seqs: float, context_tokens: float, gamma: int) -> float:
+        """Predicted seconds for `method` to draft `gamma` tokens for `num_seqs` sequences of
+        `context_tokens` KV tokens in all. Cost: one cost-model evaluation."""
+        ...
+
     def oracle_length(self, request: RequestId) -> int:
-        """True response length; only executors replaying a trace can answer (else raise)."""
+        """True response length; only executors replaying a trace can answer (else raise).
+        Cost: constant."""
         ...
 
 
 # ----------------------------------------------------------------------------- policy
+
+
+_NO_RULES: Mapping[str, DraftRule] = MappingProxyType({})
 
 
 class Policy(ABC):
@@ -355,11 +409,32 @@ class Policy(ABC):
     requires: frozenset[Capability] = frozenset({Capability.PLACE})
     #: Ask for a Tick event every this many decode iterations of each worker.
     tick_iterations: int | None = None
+    #: The resolved parameters of a policy built by name (`policies/registry.py` sets them);
+    #: None for an object built directly (a part, a test's policy).
+    parameters: PolicyParams | None = None
 
     @abstractmethod
     def on_event(self, event: Event, view: ClusterView) -> Sequence[Action]:
         """React to one event; return actions to apply now (possibly none)."""
 
     def params(self) -> dict[str, object]:
-        """Parameters for provenance in reports."""
-        return {}
+        """The resolved parameters, for provenance in run.json and reports (every declared
+        parameter, given or default; `{}` for a policy without a declaration)."""
+        return {} if self.parameters is None else self.parameters.as_dict()
+
+    @property
+    def draft_rules(self) -> Mapping[str, DraftRule]:
+        """How this policy's model-free draft methods draft, by method name (none: the
+        executor's defaults). The simulator reads it when it sets up each step's replay of
+        drafting over recorded tokens (sim/replay.py), so what it replays is what the
+        policy's drafter would propose live. A composed policy has the union of its parts'."""
+        return _NO_RULES
+
+    def observe(self, actions: Sequence[Action]) -> None:
+        """Actions another part of the same composed policy returned for the current event,
+        before the executor applied them (the view shows them only afterwards).
+        `compose.Composed` calls it on every part right after any part returned a non-empty
+        answer, in part order (the answering part included); executors never call it. A
+        part that must know placements made at the same instant (e.g. to configure a
+        worker a scheduler just filled) overrides it; the default ignores them."""
+        return None

@@ -32,9 +32,9 @@ Choices where the paper leaves a detail open (each a constructor keyword):
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from simctl.policies.compose import Composed
 from simctl.policies.contract import (
@@ -52,6 +52,9 @@ from simctl.policies.contract import (
     Tick,
     WorkerId,
 )
+from simctl.policies.draft_methods import DraftMethod
+from simctl.policies.family import Family
+from simctl.policies.params import Flag, Float, Int, Method, OrNone, Param, PolicyParams, SlashList
 from simctl.policies.placement import StaticGroupPlacement
 
 # §4.1 / App. F.3: Gamma = {5, 7, 9, 11} (gamma = 3 omitted as dominated), alpha_up 0.94,
@@ -170,7 +173,7 @@ class EfficientRolloutSpeculation(Policy):
 
     def __init__(
         self,
-        method: str = "w4_self",
+        method: str = DraftMethod.W4_SELF,
         gamma0: int = 5,
         gammas: str | Sequence[int] = PAPER_GAMMAS,
         alpha_up: float = ALPHA_UP,
@@ -298,57 +301,118 @@ class EfficientRolloutSpeculation(Policy):
         self._sd_on[worker] = True
         return [SetSpec(spec=self.spec(), worker=worker)]
 
-    def params(self) -> dict[str, object]:
-        c = self.controller
-        return {
-            "method": self.method,
-            "gammas": list(c.gammas),
-            "gamma": c.gamma,
-            "alpha_up": c.alpha_up,
-            "alpha_down": c.alpha_down,
-            "patience": c.patience,
-            "epsilon": self.epsilon,
-            "toggle": self.use_toggle,
-            "adapt": self.adapt,
-            "tick_iterations": self.tick_iterations,
-            "rescale_tau": self.rescale_tau,
-        }
-
 
 # --------------------------------------------------------------------------- registry
 
 
-def efficientrollout(**kwargs: Any) -> Policy:
+GAMMA = Int(1, 64)
+
+
+@dataclass(frozen=True)
+class _SpeculationParams(PolicyParams):
+    """What the three EfficientRollout policies share (`EfficientRolloutSpeculation`'s keywords)."""
+
+    method: Annotated[DraftMethod, Param(Method(), "draft method (W4 self-speculation)")] = (
+        DraftMethod.W4_SELF
+    )
+    gammas: Annotated[
+        tuple[int, ...], Param(SlashList(GAMMA, canonical=True, also=";"), "draft-length set Gamma (Alg. 1)")
+    ] = PAPER_GAMMAS
+    alpha_up: Annotated[float, Param(Float(0.0, 1.0), "raise gamma when tau >= 1 + gamma * alpha_up")] = (
+        ALPHA_UP
+    )
+    alpha_down: Annotated[float, Param(Float(0.0, 1.0), "lower gamma when tau <= 1 + gamma * alpha_down")] = (
+        ALPHA_DOWN
+    )
+    patience: Annotated[int, Param(Int(1, 1024), "steps of tau the gamma decision looks at (P)")] = PATIENCE
+    epsilon: Annotated[float, Param(Float(0.0), "SD turns on at a predicted speedup of 1 + epsilon")] = (
+        EPSILON
+    )
+    tau_prior: Annotated[
+        float | None,
+        Param(OrNone(Float(1.0)), "block efficiency assumed before any step measured one (none: gamma_0)"),
+    ] = None
+    tick_iterations: Annotated[int, Param(Int(1, 1 << 20), "decode iterations between SD toggle checks")] = 64
+    check_on_finish: Annotated[bool, Param(Flag(), "also check the toggle when a request finishes")] = True
+    reset_window_on_change: Annotated[bool, Param(Flag(), "clear the patience window when gamma changes")] = (
+        False
+    )
+    rescale_tau: Annotated[
+        bool, Param(Flag(), "carry a measured tau over to a new gamma (module docstring)")
+    ] = True
+
+    def part(self, gamma0: int, toggle: bool, adapt: bool) -> EfficientRolloutSpeculation:
+        return EfficientRolloutSpeculation(
+            method=self.method,
+            gamma0=gamma0,
+            gammas=self.gammas,
+            alpha_up=self.alpha_up,
+            alpha_down=self.alpha_down,
+            patience=self.patience,
+            epsilon=self.epsilon,
+            toggle=toggle,
+            adapt=adapt,
+            tau_prior=self.tau_prior,
+            tick_iterations=self.tick_iterations,
+            check_on_finish=self.check_on_finish,
+            reset_window_on_change=self.reset_window_on_change,
+            rescale_tau=self.rescale_tau,
+        )
+
+
+@dataclass(frozen=True)
+class EfficientRolloutParams(_SpeculationParams):
+    gamma0: Annotated[int, Param(GAMMA, "draft length of the first step (gamma_0)")] = 5
+    toggle: Annotated[bool, Param(Flag(), "roofline SD toggle (Eq. 3); false: SD always on")] = True
+    adapt: Annotated[bool, Param(Flag(), "adapt gamma across steps (Alg. 1); false: gamma_0 throughout")] = (
+        True
+    )
+
+
+@dataclass(frozen=True)
+class QuantizedSelfSpecParams(_SpeculationParams):
+    gamma: Annotated[int, Param(GAMMA, "fixed draft length (Table 2's best gamma* for Qwen2.5-7B)")] = 7
+
+
+@dataclass(frozen=True)
+class FixedGammaParams(_SpeculationParams):
+    gamma: Annotated[int, Param(GAMMA, "fixed draft length (the adaptive policy's starting point)")] = 5
+    toggle: Annotated[bool, Param(Flag(), "roofline SD toggle (Eq. 3); false: SD always on")] = True
+
+
+def efficientrollout(name: str, p: EfficientRolloutParams) -> Policy:
     """veRL placement (the paper's stack) + toggle + adaptive gamma."""
-    return Composed("efficientrollout", [StaticGroupPlacement(), EfficientRolloutSpeculation(**kwargs)])
+    return Composed(name, [StaticGroupPlacement(), p.part(p.gamma0, p.toggle, p.adapt)])
 
 
-def quantized_selfspec(gamma: int = 7, **kwargs: Any) -> Policy:
+def quantized_selfspec(name: str, p: QuantizedSelfSpecParams) -> Policy:
     """Always-on W4 self-SD at a fixed gamma. Default 7: Table 2's best fixed gamma* for
     Qwen2.5-7B (tau/gamma 7.5/7.0); the paper picks gamma* in {3, 5, 7} per model."""
-    part = EfficientRolloutSpeculation(gamma0=int(gamma), toggle=False, adapt=False, **kwargs)
-    return Composed("quantized-selfspec", [StaticGroupPlacement(), part])
+    return Composed(name, [StaticGroupPlacement(), p.part(p.gamma, toggle=False, adapt=False)])
 
 
-def efficientrollout_fixed_gamma(gamma: int = 5, **kwargs: Any) -> Policy:
+def efficientrollout_fixed_gamma(name: str, p: FixedGammaParams) -> Policy:
     """Toggle on, gamma fixed (Fig. 4a ablation; 5 = the adaptive policy's starting point)."""
-    part = EfficientRolloutSpeculation(gamma0=int(gamma), adapt=False, **kwargs)
-    return Composed("efficientrollout-fixed-gamma", [StaticGroupPlacement(), part])
+    return Composed(name, [StaticGroupPlacement(), p.part(p.gamma, p.toggle, adapt=False)])
 
 
-def register_policies(register: Callable[[str, Callable[..., Policy], str], None]) -> None:
-    register(
+FAMILIES: tuple[Family[Any], ...] = (
+    Family(
         "efficientrollout",
-        efficientrollout,
         "EfficientRollout: W4 self-SD, roofline SD toggle (Eq. 3), adaptive gamma (Alg. 1)",
-    )
-    register(
+        EfficientRolloutParams,
+        efficientrollout,
+    ),
+    Family(
         "quantized-selfspec",
-        quantized_selfspec,
         "EfficientRollout baseline: always-on W4 self-SD at a fixed gamma (default 7)",
-    )
-    register(
+        QuantizedSelfSpecParams,
+        quantized_selfspec,
+    ),
+    Family(
         "efficientrollout-fixed-gamma",
-        efficientrollout_fixed_gamma,
         "EfficientRollout with the SD toggle but a fixed gamma (default 5)",
-    )
+        FixedGammaParams,
+        efficientrollout_fixed_gamma,
+    ),
+)

@@ -95,14 +95,10 @@ class FastestOfN(Policy):
     def __init__(
         self, max_batch: int = MAX_BATCH, ladder_source: LadderSource | None = None, reserve: float = 0.0
     ) -> None:
-        assert max_batch >= 1 and reserve >= 0.0, "max_batch must be >= 1 and reserve >= 0"
         self.max_batch = int(max_batch)
         self.reserve = float(reserve)
         self.ladder_source = ladder_source
         self.start(())
-
-    def params(self) -> dict[str, object]:
-        return {"max_batch": self.max_batch, "reserve": self.reserve}
 
     def start(
         self,

@@ -1,90 +1,49 @@
-"""Policies by name, with `name:key=value,...` parameter overrides from the command line."""
+"""Policies by name, with `name:key=value,...` parameter overrides from the command line.
+
+The registry collects the families each policy module declares (`FAMILIES`); no policy
+module imports it. `make_policy` parses a spec against the family's declaration and raises
+`PolicySpecError` (one line naming the policy, the parameter, the value and what is
+allowed) for anything it cannot run.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from simctl.policies.compose import Composed
+from simctl.policies import baselines, composite, efficientrollout, rhymerl, seer, speactor, tlt
 from simctl.policies.contract import Policy
-from simctl.policies.placement import StaticGroupPlacement
-from simctl.policies.rlhfuse import IdleWorkersTrain
-from simctl.policies.speculation import FixedSpeculation
+from simctl.policies.family import Family, without_params
+from simctl.policies.params import PolicySpecError, quote
 
+#: The name the CLIs catch (kept: every spec problem is a PolicySpecError).
+UnknownPolicyError = PolicySpecError
 
-class UnknownPolicyError(ValueError):
-    pass
-
-
-def _verl() -> Policy:
-    return Composed("verl", [StaticGroupPlacement()])
-
-
-def _spec_coupled(method: str = "draft_small", gamma: int = 4) -> Policy:
-    return Composed("spec-coupled", [StaticGroupPlacement(), FixedSpeculation(method, int(gamma))])
-
-
-def _ngram(gamma: int = 4) -> Policy:
-    return Composed("ngram", [StaticGroupPlacement(), FixedSpeculation("ngram", int(gamma))])
-
-
-def _rlhfuse() -> Policy:
-    return Composed("rlhfuse", [StaticGroupPlacement(), IdleWorkersTrain()])
-
-
-REGISTRY: dict[str, tuple[Callable[..., Policy], str]] = {
-    "verl": (_verl, "veRL: static group-level assignment, continuous batching, no speculation"),
-    "spec-coupled": (_spec_coupled, "vanilla coupled draft-then-verify, small draft model, fixed gamma"),
-    "ngram": (_ngram, "vanilla n-gram speculation, fixed gamma"),
-    "rlhfuse": (_rlhfuse, "veRL placement; idle workers run prepare/learn of finished batches"),
+REGISTRY: dict[str, Family[Any]] = {
+    family.name: family
+    for module in (baselines, efficientrollout, tlt, speactor, composite, rhymerl, seer)
+    for family in module.FAMILIES
 }
 
 
-def register(name: str, factory: Callable[..., Policy], help_text: str) -> None:
-    """Add a policy family (used by the paper-policy modules)."""
-    REGISTRY[name] = (factory, help_text)
+def register(name: str, factory: Callable[[], Policy], help_text: str) -> None:
+    """Add a policy without parameters under `name` (tests run their own policies so)."""
+    REGISTRY[name] = without_params(name, help_text, factory)
 
 
-def _coerce(value: str) -> object:
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    return value
+def family(name: str) -> Family[Any]:
+    """The family registered as `name`; PolicySpecError for a name nobody registered."""
+    found = REGISTRY.get(name)
+    if found is None:
+        raise PolicySpecError(f"unknown policy {quote(name)}; known: {', '.join(sorted(REGISTRY))}")
+    return found
 
 
 def make_policy(spec: str) -> Policy:
-    """Build a policy from `name` or `name:key=value,key=value`."""
+    """Build a policy from `name` or `name:key=value,key=value`; a spec with parameters
+    names the policy (reports tell two settings of one policy apart by it)."""
     name, _, arg_text = spec.partition(":")
-    if name not in REGISTRY:
-        raise UnknownPolicyError(f"unknown policy '{name}'; known: {', '.join(sorted(REGISTRY))}")
-    kwargs: dict[str, object] = {}
-    for item in filter(None, arg_text.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UnknownPolicyError(f"policy '{spec}': parameter '{item}' is not key=value")
-        kwargs[key.strip().replace("-", "_")] = _coerce(value.strip())
-    factory, _ = REGISTRY[name]
-    try:
-        policy = factory(**kwargs)
-    except TypeError as exc:
-        raise UnknownPolicyError(f"policy '{spec}': {exc}") from None
+    policy = family(name).make(arg_text)
     if arg_text:
         policy.name = spec
     return policy
-
-
-# Paper policies register themselves; imported last because they build on this module's
-# siblings (compose, placement), never on the registry itself.
-from simctl.policies import efficientrollout as _efficientrollout  # noqa: E402
-from simctl.policies import speactor as _speactor  # noqa: E402
-from simctl.policies import tlt as _tlt  # noqa: E402
-
-_efficientrollout.register_policies(register)
-_tlt.register_policies(register)
-_speactor.register_policies(register)
-from simctl.policies import composite as _composite  # noqa: E402, F401
-from simctl.policies import rhymerl as _rhymerl  # noqa: E402, F401
-from simctl.policies import seer as _seer  # noqa: E402, F401

@@ -19,47 +19,70 @@ t_train_s, max_share (HistoPipe); verify_gamma, aimd_max, prior_accept (HistoSpe
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
 
+from simctl.policies.compose import Composed
 from simctl.policies.contract import Policy
+from simctl.policies.family import Family
+from simctl.policies.params import Flag, Float, Int, Param, PolicyParams
 from simctl.policies.placement import StaticGroupPlacement
-from simctl.policies.registry import register
 from simctl.policies.rhymerl_pipe import ALPHA, BETA_MIN, MAX_SHARE, RANKING_GROUPS, HistoPipe
 from simctl.policies.rhymerl_spec import AIMD, PRIOR_ACCEPT, VERIFY_GAMMA, HistoSpec
-from simctl.policies.suffix_tree import Drafting
 
 
-def _variant(name: str, pipe: bool, two_tier: bool, spec: bool) -> Callable[..., Policy]:
-    def factory(
-        ranking_groups: int = RANKING_GROUPS,
-        alpha: float = ALPHA,
-        beta_min: float = BETA_MIN,
-        migrate: bool = True,
-        inter_step: bool = True,
-        t_train_s: float = 0.0,
-        max_share: float = MAX_SHARE,
-        verify_gamma: int = VERIFY_GAMMA,
-        aimd_max: int = AIMD.maximum,
-        prior_accept: float = PRIOR_ACCEPT,
-    ) -> Policy:
+@dataclass(frozen=True)
+class RhymeRLParams(PolicyParams):
+    """HistoPipe's parameters, then HistoSpec's (a variant without the part ignores them)."""
+
+    ranking_groups: Annotated[int, Param(Int(1, 1 << 16), "ranking groups prompts are cut into (§6.2)")] = (
+        RANKING_GROUPS
+    )
+    alpha: Annotated[
+        float,
+        Param(Float(0.0, 1.0, lo_open=True), "unfinished share of a ranking group below which outliers move"),
+    ] = ALPHA
+    beta_min: Annotated[
+        float, Param(Float(1.0), "floor of beta, the length growth that makes an outlier")
+    ] = BETA_MIN
+    migrate: Annotated[bool, Param(Flag(), "move outliers of short ranking groups (§6.3)")] = True
+    inter_step: Annotated[bool, Param(Flag(), "defer outliers with nowhere to go to the next step")] = True
+    t_train_s: Annotated[
+        float, Param(Float(0.0), "training time, the floor of two-tier's target time t0")
+    ] = 0.0
+    max_share: Annotated[
+        float, Param(Float(0.0, lo_open=True), "workers a ranking group may take, in fair shares (MAX_WKS)")
+    ] = MAX_SHARE
+    verify_gamma: Annotated[int, Param(Int(1, 64), "draft length charged per verify iteration")] = (
+        VERIFY_GAMMA
+    )
+    aimd_max: Annotated[int, Param(Int(AIMD.start, 1024), "largest AIMD draft window (§5.4)")] = AIMD.maximum
+    prior_accept: Annotated[
+        float, Param(Float(0.0, 1.0, hi_open=True), "acceptance assumed before any is observed")
+    ] = PRIOR_ACCEPT
+
+
+def _variant(pipe: bool, two_tier: bool, spec: bool) -> Callable[[str, RhymeRLParams], Policy]:
+    def build(name: str, p: RhymeRLParams) -> Policy:
         parts: list[Policy] = [
             HistoPipe(
-                int(ranking_groups),
+                p.ranking_groups,
                 two_tier,
-                bool(migrate),
-                float(alpha),
-                float(beta_min),
-                bool(inter_step),
-                float(t_train_s),
-                max_share=float(max_share),
+                p.migrate,
+                p.alpha,
+                p.beta_min,
+                p.inter_step,
+                p.t_train_s,
+                max_share=p.max_share,
             )
             if pipe
             else StaticGroupPlacement()
         ]
         if spec:
-            parts.append(HistoSpec(int(verify_gamma), int(aimd_max), float(prior_accept)))
-        return Drafting(name, parts)
+            parts.append(HistoSpec(p.verify_gamma, p.aimd_max, p.prior_accept))
+        return Composed(name, parts)
 
-    return factory
+    return build
 
 
 VARIANTS = {
@@ -69,5 +92,7 @@ VARIANTS = {
     "histospec-only": (False, False, True, "veRL placement + RhymeRL HistoSpec history drafting"),
 }
 
-for _name, (_pipe, _two_tier, _spec, _help) in VARIANTS.items():
-    register(_name, _variant(_name, _pipe, _two_tier, _spec), _help)
+FAMILIES: tuple[Family[Any], ...] = tuple(
+    Family(name, text, RhymeRLParams, _variant(pipe, two_tier, spec))
+    for name, (pipe, two_tier, spec, text) in VARIANTS.items()
+)

@@ -28,7 +28,7 @@ epoch's lengths, alternating across steps, outlier migration, two-tier worker al
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from simctl.policies.contract import (
@@ -102,7 +102,7 @@ def growth_beta(histories: Sequence[Sequence[Sequence[int]]], floor: float = BET
 
 
 def plan_allocation(
-    tau,
+    tau: Callable[[int, int], float],
     n_groups: int,
     workers: int,
     t0_floor: float = 0.0,
@@ -218,7 +218,6 @@ class HistoPipe(Policy):
         tick_iterations: int = MIGRATION_TICK,
         max_share: float = MAX_SHARE,
     ) -> None:
-        assert ranking_groups >= 1 and 0.0 < alpha <= 1.0 and beta_min >= 1.0
         self.n_groups = int(ranking_groups)
         self.two_tier = bool(two_tier)
         self.migrate = bool(migrate)
@@ -236,18 +235,6 @@ class HistoPipe(Policy):
         self.allocation: list[int] = []  # workers per ranking group, last step (reports)
         self.beta = beta_min
         self.migrations = {"intra": 0, "inter": 0}
-
-    def params(self) -> dict[str, object]:
-        return {
-            "ranking_groups": self.n_groups,
-            "two_tier": self.two_tier,
-            "migrate": self.migrate,
-            "alpha": self.alpha,
-            "beta_min": self.beta_min,
-            "inter_step": self.inter_step,
-            "t_train_s": self.t_train_s,
-            "max_share": self.max_share,
-        }
 
     # ------------------------------------------------------------------------- events
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
@@ -312,7 +299,13 @@ class HistoPipe(Policy):
         pairs = zip(bins, by_prompt.values(), strict=True)
         return [Assign(request=r, worker=w) for w, rids in pairs for r in rids]
 
-    def _allocation(self, cut: list[list[int]], hist: dict, by_prompt: dict, view: ClusterView) -> list[int]:
+    def _allocation(
+        self,
+        cut: list[list[int]],
+        hist: dict[int, tuple[tuple[int, ...], ...]],
+        by_prompt: dict[int, list[RequestId]],
+        view: ClusterView,
+    ) -> list[int]:
         n, workers = len(cut), view.num_workers
         if not self.two_tier:
             return [workers // n + (i < workers % n) for i in range(n)]

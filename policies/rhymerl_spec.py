@@ -22,7 +22,7 @@ Without token ids the simulator samples the trace's acceptance at this fixed dra
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from simctl.policies.contract import (
     SPEC_OFF,
@@ -39,10 +39,11 @@ from simctl.policies.contract import (
     Tick,
     WorkerId,
 )
+from simctl.policies.draft_methods import DraftMethod
+from simctl.policies.draft_rule import Aimd, DraftRule
 from simctl.policies.seer_acceptance import expected_accept_len
-from simctl.policies.suffix_tree import Aimd, DraftRule
 
-METHOD = "history"
+METHOD = DraftMethod.HISTORY
 AIMD = Aimd(start=2, step=2, maximum=32)  # §5.4
 PREFIX_MAX, PREFIX_MIN = 7, 3  # §5.4
 PRIOR_ACCEPT = 0.65  # §7.2.2 / Fig. 17: 65-79%
@@ -72,13 +73,12 @@ class HistoSpec(Policy):
         prior_accept: float = PRIOR_ACCEPT,
         tick_iterations: int = CHECK_ITERATIONS,
     ) -> None:
-        assert verify_gamma >= 1 and aimd_max >= AIMD.start and 0.0 <= prior_accept < 1.0
         self.verify_gamma = int(verify_gamma)
         self.aimd = Aimd(AIMD.start, AIMD.step, int(aimd_max))
         self.prior_accept = float(prior_accept)
         self.tick_iterations = int(tick_iterations)
         self.name = "histospec"
-        self.draft_rules = {
+        self._rules: dict[str, DraftRule] = {
             METHOD: DraftRule(
                 source="history", min_match=PREFIX_MIN, max_match=PREFIX_MAX, weight="reward", aimd=self.aimd
             )
@@ -89,14 +89,9 @@ class HistoSpec(Policy):
         self._accepted = 0
         self._iterations = 0.0
 
-    def params(self) -> dict[str, object]:
-        aimd = [self.aimd.start, self.aimd.step, self.aimd.maximum]
-        return {
-            "verify_gamma": self.verify_gamma,
-            "aimd": aimd,
-            "prior_accept": self.prior_accept,
-            "tick_iterations": self.tick_iterations,
-        }
+    @property
+    def draft_rules(self) -> Mapping[str, DraftRule]:
+        return self._rules
 
     @property
     def tau(self) -> float:

@@ -17,40 +17,35 @@ for the scheduler; tick_iterations for the SD variants.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
 
+from simctl.policies.compose import Composed
 from simctl.policies.contract import Policy
-from simctl.policies.registry import register
-from simctl.policies.seer_scheduler import (
-    CHUNK_TOKENS,
-    KV_MARGIN,
-    MAX_SEQS,
-    MIN_CHUNK_TOKENS,
-    Ordering,
-    SeerScheduler,
-)
+from simctl.policies.family import Family
+from simctl.policies.params import Int, Param
+from simctl.policies.seer_scheduler import Ordering, SchedulerParams
 from simctl.policies.seer_spec import FETCH_ITERATIONS, GroupedSpeculation
-from simctl.policies.suffix_tree import Drafting
 
 
-def _variant(name: str, ordering: Ordering, sd: dict[str, bool] | None) -> Callable[..., Policy]:
-    def factory(
-        chunk_tokens: int = CHUNK_TOKENS,
-        min_chunk_tokens: int = MIN_CHUNK_TOKENS,
-        max_seqs: int = MAX_SEQS,
-        kv_margin: float = KV_MARGIN,
-        seed: int = 0,
-        tick_iterations: int = FETCH_ITERATIONS,
-    ) -> Policy:
-        parts: list[Policy] = [
-            SeerScheduler(
-                ordering, int(chunk_tokens), int(max_seqs), float(kv_margin), int(seed), int(min_chunk_tokens)
-            )
-        ]
+@dataclass(frozen=True)
+class SeerParams(SchedulerParams):
+    tick_iterations: Annotated[
+        int,
+        Param(
+            Int(1, 1 << 20), "decode iterations between sibling-token fetches and depth choices (SD variants)"
+        ),
+    ] = FETCH_ITERATIONS
+
+
+def _variant(ordering: Ordering, sd: dict[str, bool] | None) -> Callable[[str, SeerParams], Policy]:
+    def build(name: str, p: SeerParams) -> Policy:
+        parts: list[Policy] = [p.scheduler(ordering)]
         if sd is not None:
-            parts.append(GroupedSpeculation(tick_iterations=int(tick_iterations), **sd))
-        return Drafting(name, parts)
+            parts.append(GroupedSpeculation(tick_iterations=p.tick_iterations, **sd))
+        return Composed(name, parts)
 
-    return factory
+    return build
 
 
 VARIANTS: dict[str, tuple[Ordering, dict[str, bool] | None, str]] = {
@@ -66,5 +61,6 @@ VARIANTS: dict[str, tuple[Ordering, dict[str, bool] | None, str]] = {
     "seer-oracle": ("oracle", None, "Seer divided rollout, longest-true-length-first (oracle) scheduling"),
 }
 
-for _name, (_ordering, _sd, _help) in VARIANTS.items():
-    register(_name, _variant(_name, _ordering, _sd), _help)
+FAMILIES: tuple[Family[Any], ...] = tuple(
+    Family(name, text, SeerParams, _variant(ordering, sd)) for name, (ordering, sd, text) in VARIANTS.items()
+)

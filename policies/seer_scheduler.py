@@ -32,7 +32,7 @@ import heapq
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
 from simctl.policies.contract import (
     Action,
@@ -47,6 +47,7 @@ from simctl.policies.contract import (
     StepStarted,
     WorkerId,
 )
+from simctl.policies.params import Float, Int, Param, PolicyParams
 
 CHUNK_TOKENS = 8192  # §4.2 "a small chunk size (e.g., 8K tokens)"
 MAX_SEQS = 256  # vLLM's max_num_seqs default
@@ -55,6 +56,7 @@ KV_MARGIN = 0.02
 SPEC_PRIORITY = 1.0
 
 Ordering = Literal["fifo", "context", "oracle"]
+ORDERINGS: tuple[Ordering, ...] = ("fifo", "context", "oracle")
 
 
 @dataclass
@@ -92,8 +94,6 @@ class SeerScheduler(Policy):
         seed: int = 0,
         min_chunk_tokens: int = MIN_CHUNK_TOKENS,
     ) -> None:
-        assert ordering in ("fifo", "context", "oracle"), f"unknown ordering {ordering!r}"
-        assert chunk_tokens >= 1 and max_seqs >= 1 and -1.0 < kv_margin < 1.0
         self.ordering = ordering
         self.chunk_tokens = int(chunk_tokens)
         self.min_chunk_tokens = max(1, min(int(min_chunk_tokens), self.chunk_tokens))
@@ -110,16 +110,6 @@ class SeerScheduler(Policy):
         self._lfs: list[tuple[int, int, float, int]] = []  # (-estimate, served chunks, random, group)
         self._generated: dict[RequestId, int] = {}
         self._caps: list[int] = []
-
-    def params(self) -> dict[str, object]:
-        return {
-            "ordering": self.ordering,
-            "chunk_tokens": self.chunk_tokens,
-            "min_chunk_tokens": self.min_chunk_tokens,
-            "max_seqs": self.max_seqs,
-            "kv_margin": self.kv_margin,
-            "seed": self.seed,
-        }
 
     # ------------------------------------------------------------------------ events
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
@@ -258,3 +248,29 @@ class SeerScheduler(Policy):
             if best_key is None or key < best_key:
                 best, best_key = w, key
         return best
+
+
+@dataclass(frozen=True)
+class SchedulerParams(PolicyParams):
+    """The scheduler's parameters, shared by the policies built on it (`seer`, `composite`)."""
+
+    chunk_tokens: Annotated[int, Param(Int(1, 1 << 24), "tokens per dispatched chunk (§4.2: 8K)")] = (
+        CHUNK_TOKENS
+    )
+    min_chunk_tokens: Annotated[
+        int, Param(Int(1, 1 << 24), "smallest chunk a KV budget may shrink one to")
+    ] = MIN_CHUNK_TOKENS
+    max_seqs: Annotated[
+        int, Param(Int(1, 1 << 16), "concurrent requests per worker (vLLM's max_num_seqs)")
+    ] = MAX_SEQS
+    kv_margin: Annotated[
+        float,
+        Param(Float(-1.0, 1.0, lo_open=True, hi_open=True), "share of each worker's KV cache kept free"),
+    ] = KV_MARGIN
+    seed: Annotated[int, Param(Int(), "seed of the least-served tie-break among equal estimates")] = 0
+
+    def scheduler(self, ordering: Ordering) -> SeerScheduler:
+        """The scheduler part with these parameters."""
+        return SeerScheduler(
+            ordering, self.chunk_tokens, self.max_seqs, self.kv_margin, self.seed, self.min_chunk_tokens
+        )

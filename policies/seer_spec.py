@@ -27,6 +27,7 @@ root candidates each continue as one chain).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from simctl.policies.contract import (
     SPEC_OFF,
@@ -43,15 +44,16 @@ from simctl.policies.contract import (
     Tick,
     WorkerId,
 )
+from simctl.policies.draft_methods import DraftMethod
+from simctl.policies.draft_rule import DraftRule
 from simctl.policies.seer_acceptance import (
     TABLE2_DRAFT,
     expected_accept_len,
     per_token_acceptance,
     table2_tau,
 )
-from simctl.policies.suffix_tree import DraftRule
 
-METHOD = "suffix"
+METHOD = DraftMethod.SUFFIX
 DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16)
 PATHS = (1, 2, 4)  # Table 2's multi-path columns
 FETCH_ITERATIONS = 128  # periodic fetch of sibling tokens, and the re-evaluation period
@@ -95,26 +97,21 @@ class GroupedSpeculation(Policy):
         fixed_depth: int = FIXED_DEPTH,
         tick_iterations: int = FETCH_ITERATIONS,
     ) -> None:
-        assert fixed_depth >= 1 and tick_iterations >= 1
+        assert fixed_depth >= 1
         self.adaptive = bool(adaptive)
         self.group_context = bool(group_context)
         self.multi_path = bool(multi_path)
         self.fixed_depth = int(fixed_depth)
         self.tick_iterations = int(tick_iterations)
         self.name = "seer-grouped-sd"
-        self.draft_rules = {METHOD: DraftRule(source="group" if group_context else "own")}
+        self._rules: dict[str, DraftRule] = {METHOD: DraftRule(source="group" if group_context else "own")}
         self._current: dict[WorkerId, SpecConfig] = {}
         self._accept: dict[int, float] = {}
         self._memo: dict[tuple[int, float], SpecConfig] = {}  # (batch, rounded ctx) -> choice
 
-    def params(self) -> dict[str, object]:
-        return {
-            "adaptive": self.adaptive,
-            "group_context": self.group_context,
-            "multi_path": self.multi_path,
-            "fixed_depth": self.fixed_depth,
-            "tick_iterations": self.tick_iterations,
-        }
+    @property
+    def draft_rules(self) -> Mapping[str, DraftRule]:
+        return self._rules
 
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
         if isinstance(event, StepStarted):

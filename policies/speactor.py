@@ -22,6 +22,9 @@ Choices where the paper is open (all constructor keywords):
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
+from functools import partial
+from typing import Annotated, Any
 
 from simctl.policies.contract import (
     Action,
@@ -31,6 +34,7 @@ from simctl.policies.contract import (
     Event,
     Policy,
     RequestFinished,
+    RequestId,
     Role,
     SetRole,
     SetSpec,
@@ -40,7 +44,10 @@ from simctl.policies.contract import (
     Tick,
     WorkerIdle,
 )
+from simctl.policies.draft_methods import DraftMethod
+from simctl.policies.family import Family
 from simctl.policies.fastest_of_n import FastestOfN, Rung
+from simctl.policies.params import Flag, Int, Method, Param, PolicyParams, SlashList
 from simctl.policies.placement import contiguous_chunks
 from simctl.policies.speactor_model import (
     Affine,
@@ -53,9 +60,15 @@ from simctl.policies.speactor_model import (
     tgs_coupled,
 )
 
-DEFAULT_METHODS = ("draft_small", "draft_medium", "ngram")
+DEFAULT_METHODS = (DraftMethod.DRAFT_SMALL, DraftMethod.DRAFT_MEDIUM, DraftMethod.NGRAM)
 # Batch-mean acceptance assumed before any step was profiled (SpecActor Fig. 10 shape).
-DEFAULT_PRIOR = {"draft_small": 0.6, "draft_medium": 0.66, "ngram": 0.4, "suffix": 0.55, "eagle": 0.58}
+DEFAULT_PRIOR: dict[str, float] = {
+    DraftMethod.DRAFT_SMALL: 0.6,
+    DraftMethod.DRAFT_MEDIUM: 0.66,
+    DraftMethod.NGRAM: 0.4,
+    DraftMethod.SUFFIX: 0.55,
+    DraftMethod.EAGLE: 0.58,
+}
 
 
 class SpecActor(Policy):
@@ -74,7 +87,6 @@ class SpecActor(Policy):
         prior: dict[str, float] | None = None,
     ) -> None:
         self.methods = tuple(methods.split("/")) if isinstance(methods, str) else tuple(methods)
-        assert self.methods, "SpecActor needs at least one draft method"
         self.decoupled, self.reconfig, self.fon = decoupled, reconfig, fon
         self.max_window, self.fon_max_batch, self.plan_context = max_window, fon_max_batch, plan_context
         self.prior = {**DEFAULT_PRIOR, **(prior or {})}
@@ -96,39 +108,22 @@ class SpecActor(Policy):
         self.laws: dict[str, CostLaws] = {}
         self.drafter_of: dict[int, int] = {}  # verifier worker -> drafter worker
         self.drafters: set[int] = set()
-        self.by_worker: dict[int, set[int]] = {}  # worker -> its unfinished requests
-        self.home: dict[int, int] = {}  # request -> worker it was placed on
         self.method = ""
         self.window = 0
         self.drafter_gpus = 0
         self.spec_of: dict[int, SpecConfig] = {}
-
-    def params(self) -> dict[str, object]:
-        return {
-            "methods": list(self.methods),
-            "decoupled": self.decoupled,
-            "reconfig": self.reconfig,
-            "fon": self.fon,
-            "max_window": self.max_window,
-            "fon_max_batch": self.fon_max_batch,
-        }
 
     # ------------------------------------------------------------------ events
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
         if isinstance(event, StepStarted):
             return self._start(event, view)
         if isinstance(event, RequestFinished):
-            home = self.home.pop(event.request, None)
-            if home is not None:
-                self.by_worker.get(home, set()).discard(event.request)
             if self.fon:
                 self.fastest.on_event(event, view)
             return []
         if isinstance(event, Tick) and self.reconfig:
             return self._reconfigure(event.worker, view)
         if isinstance(event, WorkerIdle) and self.fon:
-            if event.worker not in self.drafters:
-                self.by_worker.pop(event.worker, None)
             return self.fastest.on_event(event, view)
         if isinstance(event, StepFinished):
             self._profile(view)
@@ -141,10 +136,7 @@ class SpecActor(Policy):
 
     def _laws(self, view: ClusterView, method: str) -> CostLaws:
         ctx = float(self.plan_context)
-        verify = {
-            w: Affine.fit(lambda b, w=w: view.cost(b, b * (w + 1), b * ctx))
-            for w in range(1, self.max_window + 1)
-        }
+        verify = {w: _verify_law(view, w, ctx) for w in range(1, self.max_window + 1)}
         return CostLaws(
             draft=Affine.fit(lambda b: view.draft_cost(method, b, b * ctx, 1)),
             verify=verify.__getitem__,
@@ -185,10 +177,7 @@ class SpecActor(Policy):
         for rid in event.requests:
             groups.setdefault(view.request(rid).prompt_id, []).append(rid)
         for idx, rids in zip(contiguous_chunks(len(groups), len(verifiers)), groups.values(), strict=True):
-            w = verifiers[idx]
-            self.by_worker.setdefault(w, set()).update(rids)
-            self.home.update(dict.fromkeys(rids, w))
-            actions += [Assign(request=r, worker=w) for r in rids]
+            actions += [Assign(request=r, worker=verifiers[idx]) for r in rids]
         for v in verifiers:
             if v in self.drafter_of:
                 vs = SpecConfig(
@@ -209,8 +198,8 @@ class SpecActor(Policy):
 
     # --------------------------------------------------- Algorithm 2 (reconfig)
     def _reconfigure(self, worker: int, view: ClusterView) -> list[Action]:
-        rates = {}
-        for rid in self.by_worker.get(worker, ()):
+        rates: dict[RequestId, float] = {}
+        for rid in view.worker_requests(worker):
             rv = view.request(rid)
             if rv.state == "running" and rv.acceptance_rate is not None:
                 rates[rid] = rv.acceptance_rate
@@ -227,14 +216,15 @@ class SpecActor(Policy):
             if mode == "decoupled" and worker not in self.drafter_of:
                 mode, w = (
                     "coupled",
-                    best_window(lambda x, p=p: tgs_coupled(laws, p, x, 1.0), self.max_window)[0],
+                    best_window(partial(tgs_coupled, laws, p, b=1.0), self.max_window)[0],
                 )
+            decoupled = mode == "decoupled"
             spec = SpecConfig(
                 method=self.method,
                 gamma=w,
-                mode=mode,  # type: ignore[arg-type]
-                window=w if mode == "decoupled" else 0,
-                drafter_worker=self.drafter_of.get(worker) if mode == "decoupled" else None,
+                mode="decoupled" if decoupled else "coupled",
+                window=w if decoupled else 0,
+                drafter_worker=self.drafter_of.get(worker) if decoupled else None,
             )
             if self.spec_of.get(rid) != spec:
                 self.spec_of[rid] = spec
@@ -255,35 +245,65 @@ class SpecActor(Policy):
             self.profiled[self.method] = (pa + acc, pd + drafted)
 
 
-def _variant(name: str, **fixed: object):
-    def factory(**kw: object) -> Policy:
-        policy = SpecActor(**{**fixed, **kw})  # type: ignore[arg-type]
-        policy.name = name
-        return policy
-
-    return factory
+def _verify_law(view: ClusterView, window: int, context: float) -> Affine:
+    """Verification of `window` drafted tokens per request (plus the bonus token)."""
+    return Affine.fit(lambda b: view.cost(b, b * (window + 1), b * context))
 
 
-VARIANTS = {
+@dataclass(frozen=True)
+class SpecActorParams(PolicyParams):
+    methods: Annotated[
+        tuple[DraftMethod, ...],
+        Param(SlashList(Method()), "draft methods the ladder ranks (every step's best runs)"),
+    ] = DEFAULT_METHODS
+    decoupled: Annotated[bool, Param(Flag(), "Algorithm 1's decoupled plan at step start")] = True
+    reconfig: Annotated[bool, Param(Flag(), "Algorithm 2's per-request reconfiguration at ticks")] = True
+    fon: Annotated[bool, Param(Flag(), "Fastest-of-N replicas on freed workers (Algorithm 3)")] = True
+    reconfig_iterations: Annotated[
+        int, Param(Int(1, 1 << 20), "decode iterations between reconfigurations")
+    ] = 1000
+    max_window: Annotated[int, Param(Int(1, 64), "largest draft window w searched")] = 8
+    fon_max_batch: Annotated[int, Param(Int(1, 1 << 16), "replicas per Fastest-of-N worker")] = 32
+    plan_context: Annotated[
+        int, Param(Int(1, 1 << 24), "context tokens per request the cost laws assume")
+    ] = 4096
+
+
+def _build(name: str, p: SpecActorParams) -> Policy:
+    policy = SpecActor(
+        p.methods,
+        p.decoupled,
+        p.reconfig,
+        p.fon,
+        p.reconfig_iterations,
+        p.max_window,
+        p.fon_max_batch,
+        p.plan_context,
+    )
+    policy.name = name
+    return policy
+
+
+VARIANTS: dict[str, tuple[dict[str, object], str]] = {
     "speactor-vanilla": (
-        dict(decoupled=False, reconfig=False, fon=False),
+        {"decoupled": False, "reconfig": False, "fon": False},
         "SpecActor ablation: coupled, one ladder-picked method",
     ),
     "speactor-decoupled": (
-        dict(decoupled=True, reconfig=False, fon=False),
+        {"decoupled": True, "reconfig": False, "fon": False},
         "SpecActor ablation: + decoupled plan (Alg. 1)",
     ),
     "speactor-decoupled-reconfig": (
-        dict(decoupled=True, reconfig=True, fon=False),
+        {"decoupled": True, "reconfig": True, "fon": False},
         "SpecActor ablation: + per-request reconfiguration (Alg. 2)",
     ),
     "speactor": (
-        dict(decoupled=True, reconfig=True, fon=True),
+        {"decoupled": True, "reconfig": True, "fon": True},
         "SpecActor: decoupled speculation + reconfiguration + Fastest-of-N",
     ),
 }
 
-
-def register_policies(register) -> None:
-    for name, (fixed, text) in VARIANTS.items():
-        register(name, _variant(name, **fixed), text)
+FAMILIES: tuple[Family[Any], ...] = tuple(
+    Family(name, text, SpecActorParams, _build, defaults=defaults)
+    for name, (defaults, text) in VARIANTS.items()
+)

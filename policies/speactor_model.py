@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def draft_ladder(
     rungs = []
     for m, laws in laws_by_method.items():
         p = acceptance[m]
-        g, tgs = best_window(lambda w, laws=laws, p=p: tgs_coupled(laws, p, w, batch), max_gamma)
+        g, tgs = best_window(partial(tgs_coupled, laws, p, b=batch), max_gamma)
         rungs.append(LadderRung(m, p, g, tgs / tgs_plain(laws, batch)))
     return sorted(rungs, key=lambda r: (-r.speedup, r.method))
 

@@ -20,7 +20,6 @@ class FixedSpeculation(Policy):
     requires = frozenset({Capability.SPEC_PER_WORKER})
 
     def __init__(self, method: str, gamma: int = 4) -> None:
-        assert gamma >= 1, "gamma must be >= 1"
         self.spec = SpecConfig(method=method, gamma=gamma)
         self.name = f"fixed-{method}"
 
@@ -28,6 +27,3 @@ class FixedSpeculation(Policy):
         if not isinstance(event, StepStarted):
             return []
         return [SetSpec(spec=self.spec, worker=w) for w in range(view.num_workers)]
-
-    def params(self) -> dict[str, object]:
-        return {"method": self.spec.method, "gamma": self.spec.gamma}

@@ -3,7 +3,8 @@
 Seer's grouped drafter (one tree per prompt group over all its responses as they are
 generated) and RhymeRL's HistoSpec (one tree per prompt over the previous epoch's responses,
 branches weighted by reward) are the same structure with different references and
-weights, so both use `SuffixTree` with a `DraftRule` naming the differences.
+weights, so both use `SuffixTree` with a `DraftRule` (`policies/draft_rule.py`) naming the
+differences.
 
 The tree indexes every suffix of every reference sequence down to depth `max_match + 1`:
 a node is a context string c of `min_match`..`max_match` tokens, its children the tokens
@@ -31,65 +32,12 @@ Pure Python (no numpy): the live executor can draft with it directly.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
-from simctl.policies.compose import Composed
-from simctl.policies.contract import Policy
+# (re-exported: the simulator's replay and the policies name the rules from here)
+from simctl.policies.draft_rule import Aimd as Aimd
+from simctl.policies.draft_rule import DraftRule as DraftRule
 
 Context = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Aimd:
-    """RhymeRL §5.4 draft window: start at `start`, +`step` after a fully accepted draft up
-    to `maximum`, back to `start` on any rejection (TCP's additive increase, reset)."""
-
-    start: int = 2
-    step: int = 2
-    maximum: int = 32
-
-    def next(self, window: int, accepted: int, drafted: int) -> int:
-        """Window for the next iteration after `accepted` of `drafted` tokens were accepted.
-
-        >>> Aimd().next(2, 2, 2), Aimd().next(4, 3, 4), Aimd().next(32, 32, 32)
-        (4, 2, 32)
-        """
-        if drafted and accepted < drafted:
-            return self.start
-        if drafted and accepted == drafted:
-            return min(window + self.step, self.maximum)
-        return window
-
-
-@dataclass(frozen=True)
-class DraftRule:
-    """How a model-free draft method drafts; shared by a policy and the executor that
-    replays it, so the simulator reproduces exactly what the policy would draft live.
-
-    source: which sequences the tree indexes for a request. "group": every response of
-        the request's prompt group in this step, siblings' tokens visible in batches of
-        `append_tokens` (Seer §4.4 batched appends) and its own tokens at once; "own":
-        only the request itself (Seer's no-group-context ablation, Table 2's n = 0);
-        "history": the prompt's responses in the previous epoch (RhymeRL §5.3);
-        "lookup": prompt lookup (the `ngram` method): the most recent earlier occurrence
-        in the request's own prompt + output of its last n tokens, n from `max_match`
-        down to `min_match`, proposes what followed it.
-    weight: "count" (Seer's suffix frequencies) or "reward" (RhymeRL's branch priority;
-        a count tie-breaker of 1e-3 per occurrence keeps all-zero-reward groups usable).
-    aimd: per-request AIMD draft window (RhymeRL); None = the SpecConfig's fixed gamma.
-    """
-
-    source: Literal["group", "own", "history", "lookup"]
-    min_match: int = 3
-    max_match: int = 7
-    weight: Literal["count", "reward"] = "count"
-    aimd: Aimd | None = None
-    append_tokens: int = 16
-
-    def __post_init__(self) -> None:
-        assert 1 <= self.min_match <= self.max_match, "need 1 <= min_match <= max_match"
-        assert self.append_tokens >= 1
 
 
 # The tie-breaker that keeps reward weights ordered by frequency among equal rewards.
@@ -195,15 +143,3 @@ def accepted_length(paths: Sequence[Sequence[int]], actual: Sequence[int]) -> in
             n += 1
         best = max(best, n)
     return best
-
-
-class Drafting(Composed):
-    """A composed policy that also tells its executor how its model-free draft methods
-    draft (the union of its parts' `draft_rules`), so a simulator can replay them."""
-
-    def __init__(self, name: str, parts: Sequence[Policy]) -> None:
-        super().__init__(name, parts)
-        rules: dict[str, DraftRule] = {}
-        for part in parts:
-            rules.update(getattr(part, "draft_rules", {}))
-        self.draft_rules = rules

@@ -38,11 +38,11 @@ Choices where the paper leaves a detail open (constructor keywords):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from simctl.policies.beg_mab import DEFAULT_THRESHOLDS, BegMab, Strategy, default_strategies
+from simctl.policies.beg_mab import DEFAULT_THRESHOLDS, DEFAULT_TOPK, BegMab, Strategy, default_strategies
 from simctl.policies.compose import Composed
 from simctl.policies.contract import (
     SPEC_OFF,
@@ -63,6 +63,9 @@ from simctl.policies.contract import (
     WorkerId,
     WorkerIdle,
 )
+from simctl.policies.draft_methods import DraftMethod
+from simctl.policies.family import Family
+from simctl.policies.params import Flag, Float, Int, OneOf, Param, PolicyParams
 from simctl.policies.placement import StaticGroupPlacement
 
 # §5.1 / §6.3: "activates SD only when the remaining request count drops below a
@@ -139,9 +142,6 @@ class SpotTrainer(Policy):
             self._booked = True
         self._training = {}
 
-    def params(self) -> dict[str, object]:
-        return {"idle_threshold": self.idle_threshold}
-
 
 @dataclass
 class _Interval:
@@ -164,7 +164,7 @@ class TltSpeculation(Policy):
         drafter: Literal["adaptive", "ngram"] = "adaptive",
         threshold: int = ELASTIC_THRESHOLD,
         scope: Literal["worker", "global"] = "worker",
-        method: str = "eagle",
+        method: str = DraftMethod.EAGLE,
         ngram_gamma: int = NGRAM_GAMMA,
         strategies: Sequence[Strategy] | None = None,
         thresholds: Sequence[int] = DEFAULT_THRESHOLDS,
@@ -197,7 +197,6 @@ class TltSpeculation(Policy):
         self._active: dict[WorkerId, bool] = {}
         self._strategy: dict[WorkerId, Strategy] = {}
         self._interval: dict[WorkerId, _Interval] = {}
-        self._members: dict[WorkerId, set[RequestId]] | None = None
         self._seen: dict[RequestId, tuple[int, int]] = {}
         #: (step, worker, time_s, strategy or None for n-gram, batch) per activation/switch.
         self.log: list[tuple[int, WorkerId, float, Strategy | None, int]] = []
@@ -209,8 +208,6 @@ class TltSpeculation(Policy):
             return self._open_step(event, view)
         if isinstance(event, RequestFinished):
             self._fold(view, event.request, event.worker)
-            if self._members is not None:
-                self._members.get(event.worker, set()).discard(event.request)
             return self._maybe_activate(event.worker, view, event.time_s)
         if isinstance(event, Tick):
             if self._active.get(event.worker):
@@ -223,7 +220,6 @@ class TltSpeculation(Policy):
         self._use_eagle = self.drafter == "adaptive" and self.ledger.trained
         self._active = dict.fromkeys(range(view.num_workers), False)
         self._strategy, self._interval, self._seen = {}, {}, {}
-        self._members = None
         out: list[Action] = [SetSpec(spec=SPEC_OFF, worker=w) for w in range(view.num_workers)]
         if self.scope == "global" and elastic_active(len(event.requests), self.threshold):
             for w in range(view.num_workers):
@@ -253,22 +249,11 @@ class TltSpeculation(Policy):
         self._interval[worker] = _Interval(start_s=now)
         if not self._use_eagle:
             self.log.append((self._step, worker, now, None, view.worker(worker).running))
-            return [SetSpec(spec=SpecConfig(method="ngram", gamma=self.ngram_gamma), worker=worker)]
-        self._track_members(view)
-        return self._switch(worker, view, now)
-
-    def _track_members(self, view: ClusterView) -> None:
-        """Who runs where, read once per step at the first EAGLE activation (a scan of all
-        requests); finished requests leave at RequestFinished. Requests migrated *onto* a
-        worker later are not seen (no part of TLT migrates)."""
-        if self._members is not None:
-            return
-        self._members = {}
-        for rid in view.step_requests():
+            return [SetSpec(spec=SpecConfig(method=DraftMethod.NGRAM, gamma=self.ngram_gamma), worker=worker)]
+        for rid in view.worker_requests(worker):  # the interval counts from now
             r = view.request(rid)
-            if r.worker is not None and r.state in ("waiting", "running"):
-                self._members.setdefault(r.worker, set()).add(rid)
-                self._seen[rid] = (r.accepted_tokens, r.verify_iterations)
+            self._seen[rid] = (r.accepted_tokens, r.verify_iterations)
+        return self._switch(worker, view, now)
 
     # ------------------------------------------------------------------------ bandit
     def _fold(self, view: ClusterView, rid: RequestId, worker: WorkerId) -> None:
@@ -285,8 +270,7 @@ class TltSpeculation(Policy):
     def _retune(self, worker: WorkerId, view: ClusterView, now: float) -> list[Action]:
         if not self._use_eagle or worker not in self._strategy:
             return []
-        assert self._members is not None
-        for rid in list(self._members.get(worker, ())):
+        for rid in view.worker_requests(worker):  # migrated ones included
             self._fold(view, rid, worker)
         iv = self._interval[worker]
         w = view.worker(worker)
@@ -323,82 +307,91 @@ class TltSpeculation(Policy):
         verify = s.verify if s.topk > 1 else s.depth + 1
         return view.cost(b, b * verify, ctx) + view.draft_cost(self.method, b * s.topk, ctx, s.depth)
 
-    def params(self) -> dict[str, object]:
-        return {
-            "drafter": self.drafter,
-            "threshold": self.threshold,
-            "scope": self.scope,
-            "ngram_gamma": self.ngram_gamma,
-            "epsilon": self.mab.epsilon,
-            "window": self.mab.window,
-            "thresholds": list(self.mab.thresholds),
-            "strategies": [(s.depth, s.topk, s.verify) for s in self.mab.strategies],
-            "tick_iterations": self.tick_iterations,
-            "reward_time": self.reward_time,
-            "pretrained": self.ledger.pretrained,
-        }
-
 
 # --------------------------------------------------------------------------- registry
 
-_SPEC_KEYS = (
-    "threshold",
-    "scope",
-    "ngram_gamma",
-    "epsilon",
-    "window",
-    "seed",
-    "tick_iterations",
-    "reward_time",
-)
 
+@dataclass(frozen=True)
+class TltParams(PolicyParams):
+    """The parameters of the three TLT policies (a policy without a part ignores its own)."""
 
-def _spec_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(kwargs) - set(_SPEC_KEYS) - {"topk", "pretrained", "idle_threshold", "ready_gpu_s"}
-    if unknown:
-        raise TypeError(f"unexpected parameters {sorted(unknown)}")
-    out = {k: kwargs[k] for k in _SPEC_KEYS if k in kwargs}
-    if "topk" in kwargs:
-        out["strategies"] = default_strategies(int(kwargs["topk"]))
-    return out
-
-
-def tlt(**kwargs: Any) -> Policy:
-    """Full TLT: spot-trained EAGLE drafter (n-gram until one exists) + elastic BEG-MAB."""
-    ledger = DrafterLedger(
-        pretrained=bool(kwargs.get("pretrained", False)), ready_gpu_s=float(kwargs.get("ready_gpu_s", 0.0))
+    threshold: Annotated[int, Param(Int(0, 1 << 20), "SD turns on below this many requests left")] = (
+        ELASTIC_THRESHOLD
     )
+    scope: Annotated[str, Param(OneOf(("worker", "global")), "whose requests count as left")] = "worker"
+    ngram_gamma: Annotated[int, Param(Int(1, 64), "n-gram draft length while no EAGLE drafter exists")] = (
+        NGRAM_GAMMA
+    )
+    epsilon: Annotated[float, Param(Float(0.0, 1.0), "BEG-MAB exploration probability")] = 0.1
+    window: Annotated[int, Param(Int(1, 1 << 16), "rewards per strategy BEG-MAB keeps")] = 16
+    seed: Annotated[int, Param(Int(), "seed of BEG-MAB's exploration")] = 0
+    tick_iterations: Annotated[int, Param(Int(1, 1 << 20), "decode iterations between strategy choices")] = 16
+    reward_time: Annotated[
+        str, Param(OneOf(("predicted", "measured")), "reward per predicted or measured second")
+    ] = "predicted"
+    topk: Annotated[int, Param(Int(1, 64), "tree drafting's topK of every strategy")] = DEFAULT_TOPK
+    pretrained: Annotated[bool, Param(Flag(), "an EAGLE drafter exists from the start (not tlt-base)")] = (
+        False
+    )
+    idle_threshold: Annotated[
+        int, Param(Int(0, 1 << 16), "idle workers kept before spot training starts (tlt)")
+    ] = 1
+    ready_gpu_s: Annotated[
+        float, Param(Float(0.0), "spot-training GPU-seconds before the drafter counts (tlt)")
+    ] = 0.0
+
+    def speculation(self, ledger: DrafterLedger, drafter: Literal["adaptive", "ngram"]) -> TltSpeculation:
+        return TltSpeculation(
+            ledger,
+            drafter=drafter,
+            threshold=self.threshold,
+            scope="global" if self.scope == "global" else "worker",
+            ngram_gamma=self.ngram_gamma,
+            strategies=default_strategies(self.topk),
+            epsilon=self.epsilon,
+            window=self.window,
+            seed=self.seed,
+            tick_iterations=self.tick_iterations,
+            reward_time="measured" if self.reward_time == "measured" else "predicted",
+        )
+
+
+def tlt(name: str, p: TltParams) -> Policy:
+    """Full TLT: spot-trained EAGLE drafter (n-gram until one exists) + elastic BEG-MAB."""
+    ledger = DrafterLedger(pretrained=p.pretrained, ready_gpu_s=p.ready_gpu_s)
     parts: list[Policy] = [
         StaticGroupPlacement(),
-        SpotTrainer(ledger, idle_threshold=int(kwargs.get("idle_threshold", 1))),
-        TltSpeculation(ledger, drafter="adaptive", **_spec_kwargs(kwargs)),
+        SpotTrainer(ledger, idle_threshold=p.idle_threshold),
+        p.speculation(ledger, "adaptive"),
     ]
-    return Composed("tlt", parts)
+    return Composed(name, parts)
 
 
-def tlt_base(**kwargs: Any) -> Policy:
+def tlt_base(name: str, p: TltParams) -> Policy:
     """§6.1 TLT-Base: the adaptive drafter disabled, model-free (n-gram) drafting only."""
-    spec = TltSpeculation(DrafterLedger(), drafter="ngram", **_spec_kwargs(kwargs))
-    return Composed("tlt-base", [StaticGroupPlacement(), spec])
+    return Composed(name, [StaticGroupPlacement(), p.speculation(DrafterLedger(), "ngram")])
 
 
-def tlt_static_drafter(**kwargs: Any) -> Policy:
+def tlt_static_drafter(name: str, p: TltParams) -> Policy:
     """EAGLE drafter trained once before RL and never retrained (Table 6's stale drafter)."""
-    ledger = DrafterLedger(pretrained=True)
-    spec = TltSpeculation(ledger, drafter="adaptive", **_spec_kwargs(kwargs))
-    return Composed("tlt-static-drafter", [StaticGroupPlacement(), spec])
+    spec = p.speculation(DrafterLedger(pretrained=p.pretrained), "adaptive")
+    return Composed(name, [StaticGroupPlacement(), spec])
 
 
-def register_policies(register: Callable[[str, Callable[..., Policy], str], None]) -> None:
-    register(
+FAMILIES: tuple[Family[Any], ...] = (
+    Family(
         "tlt",
-        tlt,
         "TLT: elastic SD below 32 requests, BEG-MAB EAGLE strategies, spot-trained "
         "drafter on idle workers, n-gram until trained (pretrained=true skips that)",
-    )
-    register("tlt-base", tlt_base, "TLT-Base: elastic SD with the model-free n-gram drafter only")
-    register(
+        TltParams,
+        tlt,
+    ),
+    Family("tlt-base", "TLT-Base: elastic SD with the model-free n-gram drafter only", TltParams, tlt_base),
+    Family(
         "tlt-static-drafter",
-        tlt_static_drafter,
         "TLT with an EAGLE drafter trained before RL and never retrained",
-    )
+        TltParams,
+        tlt_static_drafter,
+        defaults={"pretrained": True},
+    ),
+)
