@@ -58,7 +58,7 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_stale_temporaries(path: Path) -> list[Path]:
     """Remove temporaries of `path` left by processes that no longer run (SIGKILL)."""
-    removed = []
+    removed: list[Path] = []
     if not path.parent.is_dir():
         return removed
     prefix = f".{path.name}.tmp-"
