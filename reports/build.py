@@ -78,7 +78,7 @@ def _ranges(steps: list[int]) -> str:
     return f"{steps[0]}..{steps[-1]}" if steps == list(range(steps[0], steps[-1] + 1)) else str(steps)[:80]
 
 
-def _check_out_dir(out_dir: Path, run_dirs: list[Path]) -> None:
+def check_report_dir(out_dir: Path, run_dirs: list[Path]) -> None:
     """Refuse to replace a directory that holds anything a report did not write.
 
     The exception is an input run living inside DIR (`simctl replay --report DIR` writes
@@ -182,7 +182,7 @@ def build_report(
     chosen, reason = choose_step(study, baseline, step)
     if workers is not None and workers < 1:
         raise ReportError(f"--workers {workers}: must be at least 1")
-    _check_out_dir(out_dir, run_dirs)
+    check_report_dir(out_dir, run_dirs)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
