@@ -96,7 +96,7 @@ def _libc_renameat2() -> Callable[..., int] | None:
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 _RENAMEAT2 = _libc_renameat2()
