@@ -49,7 +49,7 @@ from simctl.live.records import ITERATION_COLUMNS, Overhead, StepAccounts, StepR
 from simctl.live.state import LiveRequest, LiveWorker
 from simctl.live.view import LiveView, RunFacts
 from simctl.live.workload import StepWork, Workload
-from simctl.policies.compose import requirement_gaps
+from simctl.policies.compose import drafting_gap, requirement_gaps
 from simctl.policies.contract import (
     Action,
     Capability,
@@ -127,6 +127,9 @@ class LiveExecutor:
         self._acct: StepAccounts | None = None
         for gap in requirement_gaps(policy, capabilities):
             self.approximated[f"policy requires capability '{gap}', which this executor lacks"] += 1
+        drafting = drafting_gap(policy, draft_methods)
+        if drafting:
+            raise LiveError(drafting)
 
     # the cluster's progress, for run drivers and progress displays
     @property

@@ -164,6 +164,10 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
     def draft_rules(self) -> Mapping[str, DraftRule]:
         return self._rules
 
+    @property
+    def draft_methods_used(self) -> frozenset[str]:
+        return frozenset({self.fixed} if self.fixed else self.methods)
+
     def _reset(self) -> None:
         self.default: dict[WorkerId, SpecConfig] = {}  # worker -> its setting
         self.override: dict[RequestId, SpecConfig] = {}  # request -> its own setting

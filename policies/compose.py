@@ -30,10 +30,15 @@ class Composed(Policy):
         for part in self.parts:
             rules.update(part.draft_rules)
         self._rules = rules
+        self._methods = frozenset().union(*(p.draft_methods_used for p in self.parts))
 
     @property
     def draft_rules(self) -> Mapping[str, DraftRule]:
         return self._rules
+
+    @property
+    def draft_methods_used(self) -> frozenset[str]:
+        return self._methods
 
     def observe(self, actions: Sequence[Action]) -> None:
         for part in self._observers:
@@ -54,3 +59,23 @@ class Composed(Policy):
 def requirement_gaps(policy: Policy, capabilities: frozenset[Capability]) -> list[str]:
     """Capabilities the policy needs that an executor lacks (sorted, for messages)."""
     return sorted(c.value for c in policy.requires - capabilities)
+
+
+def drafting_gap(policy: Policy, available: frozenset[str]) -> str | None:
+    """Why `policy` cannot draft with the executor's methods (None: it can, or needs none).
+
+    >>> from simctl.policies.rhymerl_spec import HistoSpec
+    >>> drafting_gap(Composed("histospec-only", [HistoSpec()]), frozenset({"history"})) is None
+    True
+    >>> drafting_gap(Composed("histospec-only", [HistoSpec()]), frozenset())[:48]
+    "policy 'histospec-only' drafts only with history"
+    """
+    used = policy.draft_methods_used
+    if not used or used & available:
+        return None
+    wanted = ", ".join(sorted(used))
+    offered = ", ".join(sorted(available)) or "none"
+    return (
+        f"policy '{policy.name}' drafts only with {wanted}, and this run offers {offered}: "
+        "it would run as plain decoding"
+    )

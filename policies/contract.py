@@ -430,6 +430,15 @@ class Policy(ABC):
         policy's drafter would propose live. A composed policy has the union of its parts'."""
         return _NO_RULES
 
+    @property
+    def draft_methods_used(self) -> frozenset[str]:
+        """The drafting methods this policy may speculate with (empty: it never drafts, or
+        it drafts with whatever `view.draft_methods` offers). Executors read it once before a
+        run and refuse a policy none of whose methods they can draft with, rather than let
+        it run silently as plain decoding (a replayed trace needs an `accept_<method>`
+        column per method). A composed policy has the union of its parts'."""
+        return frozenset()
+
     def observe(self, actions: Sequence[Action]) -> None:
         """Actions another part of the same composed policy returned for the current event,
         before the executor applied them (the view shows them only afterwards).

@@ -94,6 +94,10 @@ class HistoSpec(Policy):
         return self._rules
 
     @property
+    def draft_methods_used(self) -> frozenset[str]:
+        return frozenset({METHOD.value})
+
+    @property
     def tau(self) -> float:
         """Tokens per verify iteration: observed once 100 iterations are in, else the prior."""
         if self._iterations >= 100:

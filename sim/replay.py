@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from simctl.policies.compose import drafting_gap
 from simctl.policies.contract import ModelInfo, PromptHistory, Role
+from simctl.policies.draft_methods import ALL_METHODS
 from simctl.policies.registry import make_policy
 from simctl.sim.cluster import ClusterSpec
 from simctl.sim.cost_model import CostModel
@@ -22,7 +24,7 @@ from simctl.sim.drafter_training import (
     DrafterTrainingParams,
     eagle_acceptance_scale_history,
 )
-from simctl.sim.engine import EngineConfig, StepSimulation
+from simctl.sim.engine import EngineConfig, SimError, StepSimulation
 from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
 from simctl.sim.models import ModelSpec
 from simctl.sim.role_time import LENT_ROLES, role_seconds
@@ -37,6 +39,7 @@ from simctl.traces.run_format import (
     PolicyEntry,
     policy_entry,
 )
+from simctl.traces.schema import ACCEPT_PREFIX
 
 
 @dataclass
@@ -110,12 +113,21 @@ def _step_frames(setup: ReplaySetup) -> dict[int, pd.DataFrame]:
     return {int(s): g for s, g in wanted.groupby("step", sort=True)}
 
 
+def trace_draft_methods(trace: Trace) -> frozenset[str]:
+    """Drafting methods the trace has acceptance for (its accept_<method> columns)."""
+    names = (c[len(ACCEPT_PREFIX) :] for c in trace.df.columns if c.startswith(ACCEPT_PREFIX))
+    return frozenset(n for n in names if n in ALL_METHODS)
+
+
 def run_policy(
     setup: ReplaySetup,
     policy_spec: str,
     on_step: Callable[[str, int], None] | None = None,
 ) -> PolicyRun:
     policy = make_policy(policy_spec)
+    gap = drafting_gap(policy, trace_draft_methods(setup.trace))
+    if gap:
+        raise SimError(f"{gap} (a trace needs an accept_<method> column per method)")
     run = PolicyRun(name=policy.name, params=policy.params())
     history: dict[int, PromptHistory] = {}
     spot_gpu_s: list[float] = []  # per finished step: GPU-seconds spent training the drafter
