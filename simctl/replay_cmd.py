@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from simctl.policies.registry import UnknownPolicyError, make_policy
 from simctl.sim.cluster import parse_cluster
@@ -205,11 +206,17 @@ def replay_cmd(
 ) -> None:
     """Replay TRACE under each --policy on a simulated cluster and compare."""
     check_outputs(trace, json_path, out, report_dir)
+    names = []
     for p in policies:
         try:
-            make_policy(p)
+            names.append(make_policy(p).name)
         except UnknownPolicyError as exc:
             raise click.ClickException(str(exc)) from None
+    given = click.get_current_context().get_parameter_source("baseline") is not ParameterSource.DEFAULT
+    if given and baseline not in names:
+        raise click.BadParameter(
+            f"'{baseline}' is not one of the --policy runs ({', '.join(names)})", param_hint="--baseline"
+        )
     setup = build_setup(trace, cluster, profile, model, steps, seed, per_iteration, max_num_seqs)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
