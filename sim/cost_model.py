@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -55,6 +56,9 @@ from simctl.sim.hardware import GPUSpec
 from simctl.sim.models import ModelSpec, get_model
 
 _SCALARS = (int, float, np.float64, np.int64)  # types the scalar fast paths accept
+# `float`, for values a fast path has checked are scalars (by type or 0-d): mypy cannot
+# narrow ArrayLike by those checks.
+_scalar: Callable[[Any], float] = float
 
 
 @runtime_checkable
@@ -303,11 +307,11 @@ class RooflineCostModel:
         if type(context_tokens) in _SCALARS and type(num_seqs) in _SCALARS and type(new_tokens) in _SCALARS:
             # Policies ask one scalar at a time, often dozens per event: plain float
             # arithmetic is the same IEEE result at a tenth of numpy's per-call cost.
-            mem0, mem1, comp0, comp1, rest = self._context_affine(float(num_seqs), float(new_tokens))
-            c = float(context_tokens)
+            mem0, mem1, comp0, comp1, rest = self._context_affine(_scalar(num_seqs), _scalar(new_tokens))
+            c = _scalar(context_tokens)
             return np.float64(max(mem0 + mem1 * c, comp0 + comp1 * c) + rest)  # type: ignore[return-value]
         if np.ndim(num_seqs) == 0 and np.ndim(new_tokens) == 0:
-            mem0, mem1, comp0, comp1, rest = self._context_affine(float(num_seqs), float(new_tokens))
+            mem0, mem1, comp0, comp1, rest = self._context_affine(_scalar(num_seqs), _scalar(new_tokens))
             ctx = np.asarray(context_tokens, dtype=np.float64)
             return np.maximum(mem0 + mem1 * ctx, comp0 + comp1 * ctx) + rest
         ctx = np.asarray(context_tokens, dtype=np.float64)
@@ -326,7 +330,7 @@ class RooflineCostModel:
         if (
             drafter in ("suffix", "history") and type(num_seqs) in _SCALARS and type(gamma) in _SCALARS
         ):  # model-free tree drafting: no context term
-            bf, gf = float(num_seqs), float(gamma)
+            bf, gf = _scalar(num_seqs), _scalar(gamma)
             return np.float64(bf * (prm.tree_s_per_seq + prm.tree_s_per_token * gf) * float(gf > 0))  # type: ignore[return-value]
         b = np.asarray(num_seqs, dtype=np.float64)
         ctx = np.asarray(context_tokens, dtype=np.float64)

@@ -4,6 +4,12 @@ policy, applies its actions, and collects what the metrics need.
 The policy is called synchronously from inside worker processes (at the simulated instant
 the event happens); actions that affect another worker poke it, and it re-plans at its
 next iteration boundary.
+
+Seams: workers see this simulation only as a WorkerHost (sim.worker_host) and are changed
+only through their methods; the policies' view reads it as a ViewSource (sim.view); where
+verification outcomes come from is an injected AcceptanceSource (sim.acceptance_source:
+sampling by default, exact token replay from sim.token_replay). The engine imports its
+workers and view, never the reverse.
 """
 
 from __future__ import annotations
@@ -11,16 +17,13 @@ from __future__ import annotations
 import inspect
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-import numpy as np
 import simpy
 
 from simctl.policies.contract import (
     Action,
     Assign,
     Cancel,
-    Capability,
     ChunkFinished,
     CopyCancelled,
     Defer,
@@ -36,8 +39,12 @@ from simctl.policies.contract import (
     StepFinished,
     StepStarted,
 )
-from simctl.sim.acceptance import sample_tokens
+from simctl.sim.acceptance_source import AcceptanceSource, SampledAcceptance
 from simctl.sim.cost_model import CostModel
+from simctl.sim.drafters import DRAFTERS
+from simctl.sim.engine_config import SIM_CAPABILITIES, EngineConfig
+from simctl.sim.placement import Placement
+from simctl.sim.plan import Plan
 from simctl.sim.state import (
     CANCELLED,
     DEFERRED,
@@ -48,59 +55,20 @@ from simctl.sim.state import (
     WAITING,
     StepState,
 )
-from simctl.sim.token_replay import ModelProbe
 from simctl.sim.view import SimView
-from simctl.sim.worker import Plan, Worker
+from simctl.sim.worker import Worker
 
-# A block sampled from the grouped-drafter acceptance model (Seer Table 2 by visible
-# siblings) goes on past a fetch tick while no row's per-token acceptance has moved by more
-# than this; otherwise it re-plans there, as the exact replay always does.
-MODEL_DRIFT = 0.01
-
-SIM_CAPABILITIES = frozenset(
-    {
-        Capability.PLACE,
-        Capability.CHUNK,
-        Capability.PRIORITY,
-        Capability.MIGRATE,
-        Capability.SPEC_PER_WORKER,
-        Capability.SPEC_PER_REQUEST,
-        Capability.ROLES,
-        Capability.DEFER,
-        Capability.DECOUPLED,
-        Capability.REPLICAS,
-    }
-)
-
-# Trace draft-method name -> cost-model drafter (drafter sizes for a ~32B target, SpecActor §5.1).
-DRAFTERS = {
-    "ngram": "ngram",
-    "suffix": "suffix",
-    "history": "history",
-    "draft_small": "model:qwen2.5-0.5b",
-    "draft_medium": "model:qwen2.5-1.5b",
-    "w4_self": "w4-self",
-    "eagle": "eagle",
-}
+__all__ = ["DRAFTERS", "SIM_CAPABILITIES", "EngineConfig", "SimError", "StepSimulation"]
 
 
 class SimError(ValueError):
     """A run that cannot proceed (policy asks for something impossible); one line."""
 
 
-@dataclass
-class EngineConfig:
-    """Per-worker inference-engine settings (vLLM defaults unless noted)."""
-
-    max_num_seqs: int = 256  # vLLM scheduler default
-    kv_watermark: float = 0.01  # vLLM keeps 1% of KV blocks free at admission
-    # A request whose chunk ended keeps its KV in a cluster-wide pool (Seer's global KV
-    # cache, §4.1), so its next dispatch re-prefills nothing. False: recompute.
-    kv_pool: bool = True
-    per_iteration: bool = False  # reference mode: one event per decode iteration
-
-
 class StepSimulation:
+    """Implements WorkerHost (sim.worker_host) for its workers and the source the
+    policies' SimView reads (sim.view)."""
+
     def __init__(
         self,
         state: StepState,
@@ -110,12 +78,15 @@ class StepSimulation:
         config: EngineConfig,
         seed: int,
         view_extras: dict | None = None,
+        acceptance: AcceptanceSource | None = None,
     ) -> None:
         self.state = state
         self.policy = policy
         self.cost = cost
         self.config = config
         self.seed = seed
+        # where verification outcomes come from (exact token replay: sim.token_replay)
+        self.acceptance: AcceptanceSource = acceptance if acceptance is not None else SampledAcceptance()
         self.env = simpy.Environment()
         self.done = False
         self.done_event = self.env.event()
@@ -134,13 +105,19 @@ class StepSimulation:
                 f"request context {longest} tokens (step {state.step}): use more GPUs per worker (tp)"
             )
         self.workers = [
-            Worker(self, w, node, gpus, cost.kv_capacity_tokens) for w, (node, gpus) in enumerate(layout)
+            Worker(self, w, node, gpus, cost.kv_capacity_tokens, seed, self.acceptance)
+            for w, (node, gpus) in enumerate(layout)
         ]
+        self.placement = Placement(len(self.workers), state.n_requests)
         self.view = SimView(self, **(view_extras or {}))
         # measured profiles price verification by the draft length too (sim.cost_model)
         self.cost_takes_gamma = "gamma" in inspect.signature(cost.iteration_time).parameters
 
-    # ------------------------------------------------------------------ acceptance
+    # --------------------------------------------------------- for workers and the view
+    @property
+    def tick_iterations(self) -> int | None:
+        return self.policy.tick_iterations
+
     def method_index(self, method: str) -> int:
         try:
             return self.state.method_index(method)
@@ -149,46 +126,32 @@ class StepSimulation:
                 f"trace has no acceptance column 'accept_{method}' needed by policy '{self.policy.name}'"
             ) from None
 
-    def spec_tokens(
-        self,
-        worker: Worker,
-        rids: np.ndarray,
-        methods: np.ndarray,
-        alpha: np.ndarray,
-        gamma: np.ndarray,
-        iterations: int,
-    ) -> tuple[np.ndarray, np.ndarray | None, ModelProbe | None]:
-        """Tokens each speculating request emits in each of the next `iterations` verify
-        iterations (int16, rows = rids); the draft slots really verified per iteration
-        where known (NaN elsewhere; None: none known, charge the configured draft length);
-        and, for rows drawn from the grouped-drafter acceptance model, a probe to check
-        later whether that acceptance has drifted. The seam for exact replay over recorded
-        token ids: a `token_replay` (sim.token_replay.StepReplay) set on the simulation
-        answers when present; otherwise acceptance is sampled from `alpha`."""
-        replay = getattr(self, "token_replay", None)
-        if replay is not None:
-            tokens = replay.spec_tokens(self, worker, rids, methods, alpha, gamma, iterations)
-            return tokens, replay.last_slots, replay.last_probe
-        return sample_tokens(worker.rng, alpha, gamma, iterations), None, None
-
-    @property
-    def replan_at_tick(self) -> bool:
-        """Whether workers must re-plan at every policy tick rather than only stop there:
-        exact grouped drafting sees the siblings' tokens when a worker plans (Seer's
-        periodic fetch), so its blocks end at each tick."""
-        replay = getattr(self, "token_replay", None)
-        return replay is not None and replay.fetches_on_replan
-
-    def drifted(self, probe: ModelProbe) -> bool:
-        """Whether the grouped-drafter acceptance a block was sampled with moved by more
-        than MODEL_DRIFT since (the block then ends at the fetch tick)."""
-        return bool(self.token_replay.model_drift(probe) > MODEL_DRIFT)
-
     def drafter_for(self, method: str) -> str:
         try:
             return DRAFTERS[method]
         except KeyError:
             raise SimError(f"unknown draft method '{method}'; known: {', '.join(DRAFTERS)}") from None
+
+    def drafter_load(self, drafter_worker: int) -> tuple[int, int]:
+        return len(self.drafter_clients[drafter_worker]), self.workers[drafter_worker].gpus
+
+    def record_segment(
+        self, worker: int, t0: float, t1: float, iterations: int, plan: Plan, batch: int
+    ) -> None:
+        st = self.state
+        replicas = int((st.origin[plan.ids] != plan.ids).sum()) if len(st.origin) > st.n_requests else 0
+        self.segments.append(
+            (
+                worker,
+                t0,
+                t1,
+                iterations,
+                batch,
+                plan.kv_tokens,
+                plan.spec_gamma_mean,
+                replicas,
+            )
+        )
 
     # ---------------------------------------------------------------------- events
     def emit(self, event: Event) -> None:
@@ -197,9 +160,10 @@ class StepSimulation:
         if actions:
             self.apply_actions(actions)
 
-    def end_dispatch(self, rid: int, worker: Worker, now: float) -> None:
+    def end_dispatch(self, rid: int, worker: int, now: float) -> None:
         st = self.state
         req = int(st.origin[rid])
+        self.placement.unplace(rid, worker)
         if st.generated[rid] >= st.target_len[rid]:
             st.state[rid] = FINISHED
             st.finish_s[rid] = now
@@ -208,15 +172,13 @@ class StepSimulation:
             if req != rid:  # a replica won: the request completes with it
                 st.state[req] = FINISHED
                 st.finish_s[req] = now
-                st.worker[req] = worker.id
+                st.worker[req] = worker
                 self.counters["replica_wins"] += 1
             self.unfinished -= 1
             self.makespan = now
-            self.emit(
-                RequestFinished(time_s=now, request=req, worker=worker.id, length=int(st.target_len[req]))
-            )
+            self.emit(RequestFinished(time_s=now, request=req, worker=worker, length=int(st.target_len[req])))
             for w in losers:
-                self.emit(CopyCancelled(time_s=now, request=req, worker=w, winner=worker.id))
+                self.emit(CopyCancelled(time_s=now, request=req, worker=w, winner=worker))
             if self.unfinished == 0:
                 self._finish()
         else:
@@ -225,9 +187,7 @@ class StepSimulation:
             if self.config.kv_pool:  # the chunk's KV stays in the global pool: no recompute later
                 st.kv_resident[rid] = int(st.prompt_len[rid] + st.generated[rid])
             self.counters["chunks"] += 1
-            self.emit(
-                ChunkFinished(time_s=now, request=rid, worker=worker.id, generated=int(st.generated[rid]))
-            )
+            self.emit(ChunkFinished(time_s=now, request=rid, worker=worker, generated=int(st.generated[rid])))
 
     def _cancel_siblings(self, request: int, keep: int) -> list[int]:
         """Fastest-of-N: the first copy to finish wins; every other copy stops now. Returns
@@ -245,12 +205,11 @@ class StepSimulation:
         st = self.state
         w = int(st.worker[row])
         if st.state[row] == RUNNING and w >= 0:
-            wk = self.workers[w]
-            wk.running = wk.running[wk.running != row]
-            wk.disturbed = True
-            wk.poke()
+            self.placement.unplace(row, w)
+            self.workers[w].drop_running(row)
         elif st.state[row] == WAITING and w >= 0:
-            self.workers[w].waiting_count -= 1  # heap entry goes stale
+            self.placement.unplace(row, w)
+            self.workers[w].forget_waiting()
         if st.state[row] != FINISHED:
             st.state[row] = CANCELLED
             self.counters["cancelled"] += 1
@@ -262,45 +221,17 @@ class StepSimulation:
 
     # --------------------------------------------------------------------- actions
     def apply_actions(self, actions: Sequence[Action]) -> None:
-        st = self.state
         for a in actions:
             if isinstance(a, Assign):
-                self._check_worker(a.worker, a)
-                if st.state[a.request] != UNASSIGNED:
-                    raise SimError(f"policy '{self.policy.name}': {a} for a request that is not unassigned")
-                st.worker[a.request] = a.worker
-                st.priority[a.request] = a.priority
-                budget = st.target_len[a.request]
-                if a.max_tokens is not None:
-                    budget = min(budget, st.generated[a.request] + a.max_tokens)
-                st.dispatch_end[a.request] = budget
-                st.dispatches[a.request] += 1
-                self.workers[a.worker].enqueue(a.request)
+                self._assign(a)
             elif isinstance(a, SetSpec):
-                if a.spec.enabled:
-                    assert a.spec.method is not None
-                    self.drafter_for(a.spec.method)
-                if a.request is not None:
-                    self._set_request_spec(a)
-                if a.worker is not None:
-                    self._check_worker(a.worker, a)
-                    if a.spec.enabled and a.spec.mode == "decoupled":
-                        self._check_drafter(a.spec)
-                        self.drafter_clients[a.spec.drafter_worker].add(a.worker)  # type: ignore[index]
-                    self.workers[a.worker].set_spec(a.spec)
+                self._set_spec(a)
             elif isinstance(a, SetRole):
                 self._check_worker(a.worker, a)
-                self.workers[a.worker].role = a.role
+                self.workers[a.worker].set_role(a.role)
                 self.roles.append((a.worker, self.env.now, a.role.value))
             elif isinstance(a, Defer):
-                if st.state[a.request] not in (UNASSIGNED, WAITING):
-                    raise SimError(f"policy '{self.policy.name}': {a} for a request that is running or done")
-                if st.state[a.request] == WAITING:
-                    self.workers[int(st.worker[a.request])].waiting_count -= 1  # heap entry goes stale
-                st.state[a.request] = DEFERRED
-                self.unfinished -= 1
-                if self.unfinished == 0:
-                    self._finish()
+                self._defer(a)
             elif isinstance(a, Migrate):
                 self._migrate(a)
             elif isinstance(a, LaunchReplica):
@@ -312,6 +243,48 @@ class StepSimulation:
                     f"policy '{self.policy.name}' used {type(a).__name__}, "
                     "which the simulator does not support yet"
                 )
+
+    def _assign(self, a: Assign) -> None:
+        st = self.state
+        self._check_worker(a.worker, a)
+        if st.state[a.request] != UNASSIGNED:
+            raise SimError(f"policy '{self.policy.name}': {a} for a request that is not unassigned")
+        st.worker[a.request] = a.worker
+        st.priority[a.request] = a.priority
+        budget = st.target_len[a.request]
+        if a.max_tokens is not None:
+            budget = min(budget, st.generated[a.request] + a.max_tokens)
+        st.dispatch_end[a.request] = budget
+        st.dispatches[a.request] += 1
+        self.placement.place(a.request, a.worker)
+        self.workers[a.worker].enqueue(a.request)
+
+    def _set_spec(self, a: SetSpec) -> None:
+        if a.spec.enabled:
+            assert a.spec.method is not None
+            self.drafter_for(a.spec.method)
+        if a.request is not None:
+            self._set_request_spec(a)
+        if a.worker is not None:
+            self._check_worker(a.worker, a)
+            if a.spec.enabled and a.spec.mode == "decoupled":
+                self._check_drafter(a.spec)
+                assert a.spec.drafter_worker is not None
+                self.drafter_clients[a.spec.drafter_worker].add(a.worker)
+            self.workers[a.worker].set_spec(a.spec)
+
+    def _defer(self, a: Defer) -> None:
+        st = self.state
+        if st.state[a.request] not in (UNASSIGNED, WAITING):
+            raise SimError(f"policy '{self.policy.name}': {a} for a request that is running or done")
+        if st.state[a.request] == WAITING:
+            w = int(st.worker[a.request])
+            self.placement.unplace(a.request, w)
+            self.workers[w].forget_waiting()
+        st.state[a.request] = DEFERRED
+        self.unfinished -= 1
+        if self.unfinished == 0:
+            self._finish()
 
     def _launch_replica(self, a: LaunchReplica) -> None:
         """A copy of the request from its current progress on another worker. Its KV is
@@ -364,7 +337,8 @@ class StepSimulation:
         st.req_verify[row] = spec.tokens_verified if on else 0
         if on and spec.mode == "decoupled":
             self._check_drafter(spec)
-            self.drafter_clients[spec.drafter_worker].add(max(int(st.worker[row]), -1))  # type: ignore[index]
+            assert spec.drafter_worker is not None
+            self.drafter_clients[spec.drafter_worker].add(max(int(st.worker[row]), -1))
 
     def _check_drafter(self, spec: SpecConfig) -> None:
         if spec.drafter_worker is None or not 0 <= spec.drafter_worker < len(self.workers):
@@ -381,12 +355,11 @@ class StepSimulation:
         self._check_worker(a.worker, a)
         src = int(st.worker[a.request])
         if st.state[a.request] == RUNNING:
-            old = self.workers[src]
-            old.running = old.running[old.running != a.request]
-            old.disturbed = True
-            old.poke()
+            self.placement.unplace(a.request, src)
+            self.workers[src].drop_running(a.request)
         elif st.state[a.request] == WAITING:
-            self.workers[src].waiting_count -= 1  # heap entry goes stale
+            self.placement.unplace(a.request, src)
+            self.workers[src].forget_waiting()
         else:
             raise SimError(f"policy '{self.policy.name}': {a} for a request that is not queued or running")
         st.kv_resident[a.request] = (
@@ -394,6 +367,7 @@ class StepSimulation:
         )
         self.counters["migrations"] += 1
         st.worker[a.request] = a.worker
+        self.placement.place(a.request, a.worker)
         self.workers[a.worker].enqueue(a.request)
 
     def _check_worker(self, w: int | None, a: Action) -> None:
@@ -402,27 +376,10 @@ class StepSimulation:
                 f"policy '{self.policy.name}': {a} names worker {w}, cluster has {len(self.workers)}"
             )
 
-    # --------------------------------------------------------------------- records
-    def record_segment(
-        self, worker: Worker, t0: float, t1: float, iterations: int, plan: Plan, batch: int
-    ) -> None:
-        st = self.state
-        replicas = int((st.origin[plan.ids] != plan.ids).sum()) if len(st.origin) > st.n_requests else 0
-        self.segments.append(
-            (
-                worker.id,
-                t0,
-                t1,
-                iterations,
-                batch,
-                plan.kv_tokens,
-                plan.spec_gamma_mean,
-                replicas,
-            )
-        )
-
     # ------------------------------------------------------------------------- run
     def run(self) -> float:
+        """Simulate the step; its rollout makespan. The acceptance source's totals join
+        the counters at the end."""
         st = self.state
         if st.n_requests == 0:
             return 0.0
@@ -434,4 +391,5 @@ class StepSimulation:
             raise SimError(f"policy '{self.policy.name}' placed no request at step start")
         self.env.run(until=self.done_event)
         self.emit(StepFinished(time_s=self.makespan, step=st.step, rollout_makespan_s=self.makespan))
+        self.acceptance.finish(self.counters)
         return self.makespan

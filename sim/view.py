@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import simpy
 
 from simctl.policies.contract import (
     Capability,
@@ -12,22 +14,40 @@ from simctl.policies.contract import (
     RequestView,
     WorkerView,
 )
-from simctl.sim.state import STATE_NAMES
+from simctl.sim.cost_model import CostModel
+from simctl.sim.drafters import DRAFTERS
+from simctl.sim.engine_config import SIM_CAPABILITIES
+from simctl.sim.placement import Placement
+from simctl.sim.state import STATE_NAMES, StepState
+from simctl.sim.worker import Worker
 
-if TYPE_CHECKING:
-    from simctl.sim.engine import StepSimulation
+
+class ViewSource(Protocol):
+    """What the view reads of the step simulation (sim.engine.StepSimulation)."""
+
+    @property
+    def env(self) -> simpy.Environment: ...
+    @property
+    def state(self) -> StepState: ...
+    @property
+    def workers(self) -> Sequence[Worker]: ...
+    @property
+    def placement(self) -> Placement: ...
+    @property
+    def unfinished(self) -> int: ...
+    @property
+    def cost(self) -> CostModel: ...
+    def drafter_for(self, method: str) -> str: ...
 
 
 class SimView:
     def __init__(
         self,
-        sim: StepSimulation,
+        sim: ViewSource,
         info: ModelInfo | None = None,
         history: Mapping[int, PromptHistory] | None = None,
         capabilities: frozenset[Capability] | None = None,
     ) -> None:
-        from simctl.sim.engine import SIM_CAPABILITIES
-
         self._sim = sim
         self._info = info or ModelInfo(model="unknown", gpu="unknown", tp=1, group_size=1, temperature=1.0)
         self._history = history or {}
@@ -60,8 +80,7 @@ class SimView:
 
     @property
     def draft_methods(self) -> frozenset[str]:
-        from simctl.sim.engine import DRAFTERS
-
+        """The trace's acceptance columns that name a DraftMethod (DRAFTERS is keyed by it)."""
         return frozenset(m for m in self._sim.state.methods if m in DRAFTERS)
 
     def worker(self, worker: int) -> WorkerView:
@@ -95,6 +114,9 @@ class SimView:
             accepted_tokens=int(st.accepted[request]),
             verify_iterations=int(st.spec_iters[request]),
         )
+
+    def worker_requests(self, worker: int) -> Sequence[int]:
+        return self._sim.placement.on(worker)
 
     def step_requests(self) -> Sequence[int]:
         return self._ids

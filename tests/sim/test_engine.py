@@ -174,6 +174,7 @@ class _CountTicks:
         self.inner = make_policy("verl")
         self.name = "count-ticks"
         self.requires = self.inner.requires
+        self.draft_methods_used = self.inner.draft_methods_used
         self.tick_iterations = 8
         self.ticks: list[tuple[int, int]] = []
 

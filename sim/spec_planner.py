@@ -1,0 +1,360 @@
+"""Speculative planning for one worker: which rows draft how, what a block of verify
+iterations yields (from the injected acceptance source) and what each iteration costs.
+
+Split from the worker (sim.worker), which keeps the batching engine (queue, admission,
+preemption) and the block loop; this owns the worker's speculation setting.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from simctl.policies.contract import SPEC_OFF, SpecConfig
+from simctl.sim.acceptance import expected_tokens, stall_after_rejection, tree_acceptance
+from simctl.sim.acceptance_source import AcceptanceSource, Draw
+from simctl.sim.plan import Plan
+from simctl.sim.state import PLAIN_GAMMA
+from simctl.sim.worker_host import WorkerHost
+
+# A speculative block that plans through several finishes samples at most this many
+# (request, iteration) outcomes: the horizon shrinks with the batch.
+SPEC_BLOCK_CELLS = 1 << 19
+
+# Per row: acceptance per verified level, draft depth, method index (-1 = plain decode),
+# decoupled window (0 = coupled), tree width and tokens verified.
+SpecArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class _Block(NamedTuple):
+    """A speculative block's outcomes laid out per iteration (see `SpecPlanner._layout`)."""
+
+    x: np.ndarray  # tokens per row per iteration
+    cum: np.ndarray  # cumulative tokens per row
+    fin: np.ndarray  # column in which each row reaches its dispatch end (k: not in the block)
+    order: np.ndarray  # rows by finish column
+    gone: np.ndarray  # rows finished before each iteration
+    ctx: np.ndarray  # context tokens of the batch in each iteration
+    k: int  # iterations
+
+
+class SpecPlanner:
+    def __init__(
+        self, host: WorkerHost, kv_capacity: int, rng: np.random.Generator, acceptance: AcceptanceSource
+    ) -> None:
+        self.host = host
+        self.kv_capacity = kv_capacity
+        self.rng = rng
+        self.acceptance = acceptance
+        self.spec: SpecConfig = SPEC_OFF
+        self.method_idx = -1
+
+    def set_spec(self, spec: SpecConfig) -> None:
+        self.spec = spec
+        self.method_idx = self.host.method_index(spec.method) if spec.enabled and spec.method else -1
+
+    def arrays(self, ids: np.ndarray) -> SpecArrays | None:
+        """The rows' speculation settings (request overrides win over the worker's
+        setting), or None when no row can speculate."""
+        host = self.host
+        if self.method_idx < 0 and not (host.request_spec and bool(host.state.req_gamma[ids].any())):
+            return None
+        if not host.request_spec and self.method_idx >= 0:
+            return self._worker_arrays(ids)
+        return self._request_arrays(ids)
+
+    def _request_arrays(self, ids: np.ndarray) -> SpecArrays:
+        st, spec = self.host.state, self.spec
+        method = st.req_method[ids].astype(np.int64)
+        gamma = st.req_gamma[ids].astype(np.int64)
+        window = st.req_window[ids].astype(np.int64)
+        topk = st.req_topk[ids].astype(np.int64)
+        verify = st.req_verify[ids].astype(np.int64)
+        inherit = gamma <= 0  # PLAIN_GAMMA rows are plain whatever the worker does
+        if self.method_idx >= 0:
+            follow = gamma == 0
+            method[follow] = self.method_idx
+            gamma[follow] = spec.gamma
+            window[follow] = spec.window if spec.mode == "decoupled" else 0
+            topk[follow] = max(1, spec.topk)
+            verify[follow] = spec.tokens_verified
+            inherit = gamma == PLAIN_GAMMA
+        method[inherit] = -1
+        gamma[inherit] = 0
+        verify[inherit] = 0
+        # a decoupled request verifies its whole window each iteration
+        gamma = np.where(window > 0, window, gamma)
+        verify = np.where(window > 0, window, verify)
+        alpha = (
+            np.where(method >= 0, st.accept_mat[ids, np.maximum(method, 0)], 0.0)
+            if st.methods
+            else (np.zeros(len(ids)))
+        )
+        tree = topk > 1
+        if tree.any():
+            alpha = np.where(tree, tree_acceptance(alpha, gamma, topk, verify), alpha)
+        return alpha, gamma, method, window, topk, verify
+
+    def _worker_arrays(self, ids: np.ndarray) -> SpecArrays:
+        """`arrays` when no request overrides its worker (most policies, most re-plans):
+        every row takes the worker's setting."""
+        st, spec, b = self.host.state, self.spec, len(ids)
+        window = spec.window if spec.mode == "decoupled" else 0
+        topk = max(1, spec.topk)
+        gamma = np.full(b, window if window > 0 else spec.gamma, np.int64)
+        verify = np.full(b, window if window > 0 else spec.tokens_verified, np.int64)
+        alpha = st.accept_mat[ids, self.method_idx]
+        topks = np.full(b, topk, np.int64)
+        if topk > 1:
+            alpha = tree_acceptance(alpha, gamma, topks, verify)
+        methods = np.full(b, self.method_idx, np.int64)
+        return alpha, gamma, methods, np.full(b, window, np.int64), topks, verify
+
+    # ------------------------------------------------------------------------ planning
+    def plan(
+        self,
+        ids: np.ndarray,
+        remaining: np.ndarray,
+        arrays: SpecArrays,
+        cap: int,
+        prefill: float,
+        first_finish: bool,
+        horizon: int,
+    ) -> Plan:
+        """Sample every row's verification outcomes for the block, then price each iteration
+        by the rows still running in it. With nothing waiting, the block runs through
+        several finishes (stopping at each to report it), as plain decoding does; the
+        horizon is the expected iterations to the last finish, bounded by SPEC_BLOCK_CELLS."""
+        alpha, gamma, _, window, _, _ = arrays
+        rows = gamma > 0
+        k = self._block_length(remaining, alpha, gamma, cap, first_finish, horizon)
+        x, draw = self._outcomes(ids, arrays, k)
+        blk = self._layout(ids, remaining, x, first_finish)
+        t = self._iteration_seconds(ids, arrays, blk, draw.slots)
+        t[0] += prefill
+        fin, k = blk.fin, blk.k
+        stops = np.unique(fin[fin < k] + 1)
+        if not len(stops) or stops[-1] != k:
+            stops = np.append(stops, k)
+        dec = window > 0
+        return Plan(
+            ids,
+            np.cumsum(t),
+            remaining,
+            blk.x,
+            rows,
+            gamma,
+            int(blk.ctx[0]),
+            float(gamma[rows].mean()),
+            cum=blk.cum,
+            stops=stops,
+            decoupled_rows=dec if dec.any() else None,
+            finish=fin,
+            probe=draw.probe,
+        )
+
+    def _block_length(
+        self,
+        remaining: np.ndarray,
+        alpha: np.ndarray,
+        gamma: np.ndarray,
+        cap: int,
+        first_finish: bool,
+        horizon: int,
+    ) -> int:
+        """Iterations to sample: to the expected first finish (with margin), or with nothing
+        waiting to the expected last one within the worker's horizon."""
+        est = remaining / expected_tokens(alpha, gamma)
+        k_first = max(1, min(int(np.ceil(est.min() * 1.1)) + 4, int(remaining.min()), cap))
+        if first_finish:
+            return k_first
+        k_all = min(
+            int(np.ceil(est.max() * 1.1)) + 4,
+            int(remaining.max()),
+            cap,
+            horizon,
+            SPEC_BLOCK_CELLS // len(remaining),
+        )
+        return max(k_first, k_all)
+
+    def _outcomes(self, ids: np.ndarray, arrays: SpecArrays, k: int) -> tuple[np.ndarray, Draw]:
+        """Tokens per row per iteration (plain rows emit 1; decoupled rows sit out the
+        iteration after each rejected window) and the acceptance source's draw."""
+        alpha, gamma, methods, window, _, _ = arrays
+        rows = gamma > 0
+        x = np.ones((len(ids), k), np.int16)
+        draw = self.acceptance.draw(
+            self.rng, ids[rows], methods[rows], alpha[rows], gamma[rows], max(1, self.spec.topk), k
+        )
+        x[rows] = draw.tokens
+        dec = window > 0
+        if dec.any():
+            x[dec] = stall_after_rejection(x[dec], window[dec])
+        return x, draw
+
+    def _layout(self, ids: np.ndarray, remaining: np.ndarray, x: np.ndarray, first_finish: bool) -> _Block:
+        """Where each row finishes and the batch's context per iteration; the block ends at
+        the first finish when requests wait, and before the KV cache would overflow."""
+        k = x.shape[1]
+        cum = np.cumsum(x, axis=1, dtype=np.int32)
+        # cum rises along a row: the columns before it reaches `remaining` count to its finish
+        fin = np.count_nonzero(cum < remaining[:, None], axis=1)
+        if first_finish and (fin < k).any():
+            k = int(fin.min()) + 1
+            x, cum = x[:, :k], cum[:, :k]
+            fin = np.minimum(fin, k)
+        # tokens emitted per iteration (a row's last iteration emits only what it had left)
+        colsum = np.minimum(cum, remaining[:, None]).sum(axis=0, dtype=np.int64)
+        emitted = colsum.copy()
+        emitted[1:] -= colsum[:-1]
+        before = colsum - emitted
+        # rows gone before each iteration free their KV and leave the batch
+        order = np.argsort(fin, kind="stable")
+        gone = np.searchsorted(fin[order], np.arange(k), side="left")
+        ctx_r = self.host.state.context(ids).astype(np.float64)
+        gone_ctx = np.concatenate([[0.0], np.cumsum((ctx_r + remaining)[order])])[gone]
+        ctx = ctx_r.sum() + before - gone_ctx
+        over = ctx + emitted > self.kv_capacity
+        if over.any():
+            k = max(1, int(np.argmax(over)))
+            x, cum, ctx, gone = x[:, :k], cum[:, :k], ctx[:k], gone[:k]
+            fin = np.minimum(fin, k)
+        return _Block(x, cum, fin, order, gone, ctx, k)
+
+    def _iteration_seconds(
+        self, ids: np.ndarray, arrays: SpecArrays, blk: _Block, exact_slots: np.ndarray | None
+    ) -> np.ndarray:
+        """Seconds of each iteration: verification (of the draft slots the drafter filled:
+        model-free drafters propose nothing where no n-gram matches) overlapped with
+        decoupled drafting, plus coupled drafting."""
+        _, gamma, methods, window, topk, verify = arrays
+        st, b, k, gone, fin = self.host.state, len(ids), blk.k, blk.gone, blk.fin
+        rows = gamma > 0
+        fill = st.fill_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(b)
+        slots = np.where(gamma > 0, verify * fill, 0) + 1
+        batch: np.ndarray | int
+        new_tokens: np.ndarray | int
+        if exact_slots is not None:
+            # exact replay knows each iteration's draft: charge it, for the rows still running
+            per = np.broadcast_to(slots[:, None].astype(np.float32), (b, k)).copy()
+            ex = exact_slots[:, :k]
+            per[rows] = np.where(np.isnan(ex), per[rows], ex + 1)
+            per[np.arange(k)[None, :] > fin[:, None]] = 0.0
+            batch = (b - gone).astype(np.float64) if gone[-1] else b
+            new_tokens = np.round(per.sum(axis=0, dtype=np.float64))
+        elif gone[-1] == 0:
+            batch = b
+            new_tokens = round(float(slots.sum()))
+        else:
+            batch = (b - gone).astype(np.float64)
+            gone_slots = np.concatenate([[0.0], np.cumsum(slots[blk.order])])[gone]
+            new_tokens = np.round(slots.sum() - gone_slots)
+        verify_s = self.verify_time(
+            ids, methods, gamma, batch, new_tokens, blk.ctx, blk.order, gone, exact_slots is not None
+        )
+        coupled, decoupled = self.draft_times(ids, methods, gamma, window, topk, blk.ctx, fin, batch)
+        return np.maximum(verify_s, decoupled) + coupled
+
+    # ------------------------------------------------------------------------- pricing
+    def verify_time(
+        self,
+        ids: np.ndarray,
+        methods: np.ndarray,
+        gamma: np.ndarray,
+        batch: np.ndarray | int,
+        new_tokens: np.ndarray | int,
+        ctx: np.ndarray,
+        order: np.ndarray,
+        gone: np.ndarray,
+        exact: bool,
+    ) -> np.ndarray:
+        """Seconds of each verify iteration. A model-free drafter often proposes nothing
+        (`draft_hit_<method>` < 1), and an iteration in which no request of the batch drafted
+        is a plain decode step: with P0 the chance of that (rows independent), the price is
+        P0 * decode + (1 - P0) * verify of the expected drafts given some were proposed.
+        Exact replay knows each iteration's drafts already. A measured profile is told the
+        widest draft length (its verify law depends on it)."""
+        st, cost = self.host.state, self.host.cost
+        spec = gamma > 0
+        kw = {"gamma": int(gamma[spec].max())} if self.host.cost_takes_gamma and spec.any() else {}
+        hit = st.hit_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(len(ids))
+        if exact or not (spec & (hit < 1.0)).any():
+            return np.asarray(cost.iteration_time(batch, new_tokens, ctx, **kw), dtype=np.float64)
+        log_miss = np.where(spec, np.log(np.maximum(1.0 - hit, 1e-300)), 0.0)
+        if gone[-1] == 0:
+            p0: np.ndarray | float = float(np.exp(log_miss.sum()))
+        else:
+            p0 = np.exp(log_miss.sum() - np.concatenate([[0.0], np.cumsum(log_miss[order])])[gone])
+        drafts = np.asarray(new_tokens, np.float64) - batch
+        plain = np.asarray(cost.iteration_time(batch, batch, ctx, **kw), dtype=np.float64)
+        given = batch + drafts / np.maximum(1.0 - p0, 1e-12)  # tokens verified when someone drafted
+        some = np.asarray(cost.iteration_time(batch, given, ctx, **kw), dtype=np.float64)
+        return p0 * plain + (1.0 - p0) * some
+
+    def draft_times(
+        self,
+        ids: np.ndarray,
+        methods: np.ndarray,
+        gamma: np.ndarray,
+        window: np.ndarray,
+        topk: np.ndarray,
+        ctx: np.ndarray,
+        finish: np.ndarray,
+        batch: np.ndarray | int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(coupled, decoupled) drafting seconds per iteration. Coupled drafting adds to the
+        verifier's iteration; decoupled drafting runs on the drafter worker's GPUs (one
+        drafter instance per GPU, shared by every verifier pointing at it) and overlaps it.
+        A row drafts in the iterations up to its `finish` column."""
+        st, cost, host = self.host.state, self.host.cost, self.host
+        k = len(ctx)
+        if batch is not None and methods[0] >= 0 and not window.any():
+            m0 = methods[0]
+            if (methods == m0).all():  # the common case: every row drafts alike, coupled
+                n = batch if np.ndim(batch) else float(batch)
+                share = ctx * (n / np.maximum(n, 1.0))
+                width = int(topk.max())
+                drafter = host.drafter_for(st.methods[m0])
+                t = cost.draft_time(drafter, n * width, share * width, int(gamma.max()))
+                return np.zeros(k) + np.where(np.asarray(n) > 0, t, 0.0), np.zeros(k)
+        it = np.arange(k)
+
+        def running(sel: np.ndarray) -> np.ndarray | float:
+            f = np.sort(finish[sel])
+            if not len(f) or f[0] >= k - 1:
+                return float(len(f))
+            return (len(f) - np.searchsorted(f, it, side="left")).astype(np.float64)
+
+        b = running(np.ones(len(ids), bool))
+        coupled = np.zeros(k)
+        decoupled = np.zeros(k)
+        for midx in np.unique(methods[methods >= 0]):
+            drafter = host.drafter_for(st.methods[midx])
+            for dec in (False, True):
+                sel = (methods == midx) & ((window > 0) == dec)
+                if not sel.any():
+                    continue
+                n = running(sel)
+                live = np.asarray(n) > 0
+                share = ctx * (n / np.maximum(b, 1.0))
+                g = int(gamma[sel].max())
+                if dec:
+                    clients, gpus = host.drafter_load(self._drafter_worker(ids[sel]))
+                    per_gpu = np.maximum(1.0, n * max(1, clients) / gpus)
+                    t = cost.draft_time(drafter, per_gpu, share * per_gpu / np.maximum(n, 1.0), g)
+                    decoupled = np.maximum(decoupled, np.where(live, t, 0.0))
+                else:
+                    # a tree drafts topk candidates per level for each sequence
+                    width = int(topk[sel].max())
+                    t = cost.draft_time(drafter, n * width, share * width, g)
+                    coupled = coupled + np.where(live, t, 0.0)
+        return coupled, decoupled
+
+    def _drafter_worker(self, rows: np.ndarray) -> int:
+        st = self.host.state
+        for r in rows[:1].tolist():
+            if st.req_window[r] > 0 and st.spec[r].drafter_worker is not None:
+                return int(st.spec[r].drafter_worker)
+        assert self.spec.drafter_worker is not None
+        return int(self.spec.drafter_worker)
