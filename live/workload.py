@@ -204,8 +204,8 @@ def build_workload(opts: WorkloadOptions, tokenizer: Any | None, vocab: int) -> 
     if opts.trace_path:
         steps = None
         if opts.trace_path.exists():
+            from simctl.traces.cli_options import parse_steps
             from simctl.traces.io import read_trace
-            from simctl.traces.steps import parse_steps
 
             available = read_trace(opts.trace_path, columns=["step"]).steps
             steps = parse_steps(opts.steps_text, available) if opts.steps_text else None

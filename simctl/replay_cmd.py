@@ -15,6 +15,14 @@ from simctl.sim.cost_model import load_cost_model
 from simctl.sim.engine import EngineConfig, SimError
 from simctl.sim.models import get_model
 from simctl.sim.replay import PolicyRun, ReplaySetup, replay, run_tables
+from simctl.traces.cli_options import (
+    json_option,
+    max_num_seqs_option,
+    out_option,
+    parse_steps,
+    policy_option,
+    seed_option,
+)
 from simctl.traces.io import TraceError
 from simctl.traces.outputs import check_output_dir, check_output_file
 from simctl.traces.run_format import (
@@ -25,7 +33,6 @@ from simctl.traces.run_format import (
     write_json,
     write_run_dir,
 )
-from simctl.traces.steps import parse_steps
 from simctl.traces.validate import load_valid_trace
 
 DEFAULT_CLUSTER = "h100x512"
@@ -142,14 +149,7 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
 
 @click.command("replay")
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option(
-    "--policy",
-    "policies",
-    multiple=True,
-    default=("verl",),
-    show_default=True,
-    help="Policy name or name:key=value,...; repeat to compare. See `simctl policies`.",
-)
+@policy_option("Policy name or name:key=value,...; repeat to compare. See `simctl policies`.")
 @click.option(
     "--cluster",
     default=DEFAULT_CLUSTER,
@@ -163,26 +163,12 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
 )
 @click.option("--model", help="Override the trace's model (catalogue name).")
 @click.option("--steps", help="Steps to replay: N or A:B (B exclusive).")
-@click.option(
-    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of every random choice."
-)
+@seed_option()
 @click.option("--per-iteration", is_flag=True, help="Reference mode: one event per decode iteration (slow).")
-@click.option(
-    "--max-num-seqs",
-    type=click.IntRange(min=1),
-    default=256,
-    show_default=True,
-    help="Engine batch limit per worker.",
-)
+@max_num_seqs_option("Engine batch limit per worker.")
 @click.option("--baseline", default="verl", show_default=True, help="Policy the speedup column divides by.")
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write metrics JSON."
-)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Run directory: run.json + per-request and per-worker timelines (Parquet).",
-)
+@json_option("Write metrics JSON.")
+@out_option("Run directory: run.json + per-request and per-worker timelines (Parquet).")
 @click.option(
     "--report",
     "report_dir",

@@ -1,8 +1,42 @@
-"""Choosing trace steps on the command line (`--steps N` or `A:B`), shared by replay and live."""
+"""Command-line pieces shared by the commands of several layers (replay, live, sweep):
+the options they all take, spelled and checked once, and `--steps` selection."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
 import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def policy_option(help_text: str) -> Callable[[F], F]:
+    """`--policy NAME[:key=value,...]`, repeatable, default verl."""
+    return click.option(
+        "--policy", "policies", multiple=True, default=("verl",), show_default=True, help=help_text
+    )
+
+
+def seed_option(help_text: str = "Seed of every random choice.") -> Callable[[F], F]:
+    return click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help=help_text)
+
+
+def max_num_seqs_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True, help=help_text
+    )
+
+
+def json_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help=help_text
+    )
+
+
+def out_option(help_text: str) -> Callable[[F], F]:
+    return click.option("--out", type=click.Path(file_okay=False, path_type=Path), help=help_text)
 
 
 def parse_steps(text: str | None, available: list[int]) -> list[int]:
