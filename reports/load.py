@@ -192,7 +192,14 @@ def _check_table(run: Run, kind: str, notes: Notes) -> None:
 def _steps_frame(steps: Any) -> pd.DataFrame | None:
     if not isinstance(steps, list) or not steps:
         return None
-    rows = [s for s in steps if isinstance(s, dict) and "step" in s and "rollout_makespan_s" in s]
+    rows = [
+        s
+        for s in steps
+        if isinstance(s, dict)
+        and isinstance(s.get("step"), int)
+        and not isinstance(s.get("step"), bool)
+        and "rollout_makespan_s" in s
+    ]
     if not rows:
         return None
     df = pd.DataFrame(rows)

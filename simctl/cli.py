@@ -88,12 +88,14 @@ def _register() -> None:
     from simctl.policies_cmd import policies_cmd
     from simctl.replay_cmd import replay_cmd
     from simctl.reports.cli import report_cmd
+    from simctl.sweep_cmd import sweep_cmd
 
     main.add_command(replay_cmd)
     main.add_command(policies_cmd)
     main.add_command(report_cmd)
     main.add_command(live_cmd)
     main.add_command(calibrate_cmd)
+    main.add_command(sweep_cmd)
 
 
 _register()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -320,3 +321,72 @@ def test_bad_output_paths_are_refused_before_simulating(tmp_path: Path, good_tra
     result = CliRunner().invoke(main, ["replay", str(trace), "--policy", "verl", *args])
     assert_clean_failure(result)
     assert trace.read_bytes() == before
+
+
+# ------------------------------------------------------------------- run directories
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory: pytest.TempPathFactory, good_trace: Path) -> Path:
+    out = tmp_path_factory.mktemp("run") / "run"
+    args = ["replay", str(good_trace), "--cluster", "h100x8", "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, "--policy", "verl", "--policy", "ngram"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+_JSON_VALUE = st.one_of(
+    st.none(), st.booleans(), _NUMBER, _TEXT, st.lists(st.integers(), max_size=2), st.just({})
+)
+
+
+@st.composite
+def damaged_run(draw: st.DrawFn) -> tuple[str, Any]:
+    kind = draw(st.sampled_from(["delete", "truncate", "garbage", "doc_top", "doc_policy", "doc_step"]))
+    if kind in ("delete", "truncate", "garbage"):
+        return kind, draw(
+            st.sampled_from(["run.json", "requests.parquet", "timeline.parquet", "roles.parquet"])
+        )
+    if kind == "doc_top":
+        key = draw(st.sampled_from(["format_version", "policies", "provenance", "run_id", "seed", "cluster"]))
+        return kind, (key, draw(_JSON_VALUE))
+    if kind == "doc_policy":
+        key = draw(st.sampled_from(["steps", "params", "mean_rollout_makespan_s", "counters"]))
+        return kind, (key, draw(_JSON_VALUE))
+    key = draw(st.sampled_from(["step", "rollout_makespan_s", "step_time_s", "gpu_idle_fraction"]))
+    return kind, (key, draw(_JSON_VALUE))
+
+
+@FUZZ
+@given(damage=damaged_run())
+def test_damaged_run_directories(tmp_path: Path, good_run: Path, damage: tuple[str, Any]) -> None:
+    run, rep = tmp_path / "run", tmp_path / "rep"
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.rmtree(rep, ignore_errors=True)
+    run.mkdir()
+    for p in good_run.iterdir():
+        (run / p.name).write_bytes(p.read_bytes())
+    kind, what = damage
+    if kind == "delete":
+        (run / what).unlink()
+    elif kind == "truncate":
+        data = (run / what).read_bytes()
+        (run / what).write_bytes(data[: len(data) // 2])
+    elif kind == "garbage":
+        (run / what).write_bytes(b"\x00\xff" * 64)
+    else:
+        doc = json.loads((run / "run.json").read_text())
+        key, value = what
+        if kind == "doc_top":
+            doc[key] = value
+        elif kind == "doc_policy":
+            doc["policies"]["verl"][key] = value
+        else:
+            doc["policies"]["verl"]["steps"][0][key] = value
+        (run / "run.json").write_text(json.dumps(doc))
+    result = CliRunner().invoke(main, ["report", str(run), "-o", str(rep)])
+    if result.exit_code == 0:
+        assert (rep / "index.html").is_file()
+        return
+    assert_clean_failure(result)
+    assert not rep.exists() or not any(rep.iterdir())

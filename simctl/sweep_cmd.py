@@ -1,0 +1,113 @@
+"""`simctl sweep SPEC.toml --out DIR`: a design-space sweep, one replay per point.
+
+The spec (simctl/sweep_spec.py) is checked whole before anything runs; the points run on
+Ray or a local process pool (simctl/sweep_runner.py), each into `DIR/points/<id>/`, and a
+rerun resumes; then `DIR/sweep.parquet` (simctl/sweep_table.py) and `DIR/report/`
+(reports/sweep_page.py) are written.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from simctl.sweep_runner import (
+    REPORT,
+    TABLE,
+    SweepResult,
+    check_sweep_dir,
+    default_workers,
+    ray_available,
+    run_sweep,
+)
+from simctl.sweep_spec import load_spec
+from simctl.sweep_table import sweep_tables, write_tables
+
+
+@contextmanager
+def _progress(total_hint: int) -> Iterator[Callable[[int, int], None]]:
+    """A bar with ETA over points, on stderr when it is a terminal."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not sys.stderr.isatty(),
+    ) as bar:
+        task = bar.add_task("points", total=total_hint)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def choose_backend(no_ray: bool, workers: int | None, ray_address: str | None) -> bool:
+    """True: Ray. The local pool when Ray is not installed, refused, or one worker."""
+    if ray_address and no_ray:
+        raise click.UsageError("--ray-address and --no-ray exclude each other")
+    if no_ray or (workers == 1 and not ray_address):
+        return False
+    if not ray_available():
+        if ray_address:
+            raise click.ClickException("--ray-address: ray is not installed (pip install 'simctl[sweep]')")
+        click.echo(
+            "ray is not installed: running on a local process pool (pip install 'simctl[sweep]')", err=True
+        )
+        return False
+    return True
+
+
+@click.command("sweep")
+@click.argument("spec_path", metavar="SPEC.toml", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Sweep directory."
+)
+@click.option("--ray-address", help="Join this Ray cluster (e.g. auto, or HOST:PORT) instead of a local one.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Points run at once [default: this machine's cores; with --ray-address, the cluster's CPUs].",
+)
+@click.option("--no-ray", is_flag=True, help="Run on a local process pool instead of Ray.")
+def sweep_cmd(spec_path: Path, out: Path, ray_address: str | None, workers: int | None, no_ray: bool) -> None:
+    """Replay every point of the design space in SPEC.toml; resumable (rerun to go on)."""
+    use_ray = choose_backend(no_ray, workers, ray_address)
+    spec = load_spec(spec_path)
+    check_sweep_dir(out, spec_path)
+    if workers is None and not ray_address:
+        workers = default_workers()
+    command = shlex.join(["simctl", *sys.argv[1:]])
+    with _progress(len(spec.points)) as progress:
+        result: SweepResult = run_sweep(spec, out, workers, use_ray, ray_address, progress, command)
+    click.echo(
+        f"{result.total} points: {result.ran} run ({result.backend}), {result.skipped} already complete"
+    )
+    table, steps = sweep_tables(spec, out)
+    write_tables(table, steps, out)
+    click.echo(f"wrote {out / TABLE}")
+    from simctl.reports.sweep_page import build_sweep_report
+
+    index = build_sweep_report(
+        table, steps, out / REPORT, {"spec": str(spec_path), "backend": result.backend}
+    )
+    click.echo(f"report: {index}")

@@ -1,0 +1,358 @@
+"""Running a sweep: one task per point, on Ray or a local process pool, resumable.
+
+A task receives plain data only (`PointTask`: trace path, policy spec string, cluster spec
+string, steps, seed, output path) and runs `run_point` from this installed module, so no
+code from the spec ever travels. Each point writes its own run directory
+`DIR/points/<point-id>/` through `write_run_dir` (all or nothing); its run.json records
+the point (`Point.record()`), and a rerun skips every point whose directory already holds
+that record. The table and the report are then built from the run directories alone, so a
+resumed sweep gives the same table as an uninterrupted one.
+
+Ray: a local instance (`local_ray`) listens on 127.0.0.1 only, has no dashboard, uses
+`workers` CPUs and is shut down at the end; `--ray-address` joins an existing cluster
+instead (its workers must see the same paths). Without Ray, with `--no-ray` or with one
+worker, a `ProcessPoolExecutor` runs the same function.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, TypedDict, cast
+
+from simctl.sweep_spec import Point, SweepSpec
+from simctl.traces.atomic import remove_stale_temporaries
+from simctl.traces.outputs import OutputPathError, check_output_dir
+from simctl.traces.run_format import RUN_JSON, RunDoc
+
+POINTS = "points"
+MANIFEST = "sweep.json"
+TABLE = "sweep.parquet"
+STEPS_TABLE = "sweep_steps.parquet"
+REPORT = "report"
+#: Entries of a sweep directory; anything else means DIR is not ours to write into.
+SWEEP_ENTRIES = frozenset({POINTS, MANIFEST, TABLE, STEPS_TABLE, REPORT})
+#: The run.json key holding the point a run directory belongs to.
+POINT_KEY = "sweep_point"
+#: Loopback-only Ray: with Ray's cluster mode off, its node address is 127.0.0.1 and every
+#: server (GCS, raylet, workers, object manager) binds there. Ray 2.x's `_node_ip_address=
+#: "127.0.0.1"` is not enough: Ray swaps a loopback node address for the routable one.
+RAY_LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+class SweepError(RuntimeError):
+    """A sweep that could not finish (a point failed, Ray is not there); one line."""
+
+
+class PointTask(TypedDict):
+    """What a task receives: plain data."""
+
+    point_id: str
+    point: dict[str, Any]
+    trace_path: str
+    policy_spec: str
+    cluster: str
+    steps: str | None
+    seed: int
+    out: str
+    command: str
+
+
+class PointResult(TypedDict):
+    point_id: str
+    error: str | None
+    wall_s: float
+
+
+# ------------------------------------------------------------------------- the task
+
+_TRACES: dict[tuple[str, float], Any] = {}  # per worker process: trace path -> loaded trace
+
+
+def _trace(path: str) -> Any:
+    from simctl.traces.validate import load_valid_trace
+
+    key = (path, os.stat(path).st_mtime)
+    if key not in _TRACES:
+        _TRACES.clear()  # one trace at a time: a worker runs a trace's points in a row
+        _TRACES[key] = load_valid_trace(path)
+    return _TRACES[key]
+
+
+def run_point(task: PointTask) -> PointResult:
+    """Replay one point and write its run directory (runs in a worker process)."""
+    t0 = time.perf_counter()
+    try:
+        _run_point(task)
+    except Exception as exc:  # reported by the driver, with the point's id
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return {"point_id": task["point_id"], "error": first, "wall_s": time.perf_counter() - t0}
+    return {"point_id": task["point_id"], "error": None, "wall_s": time.perf_counter() - t0}
+
+
+def _run_point(task: PointTask) -> None:
+    from simctl.replay_cmd import run_document
+    from simctl.sim.cluster import parse_cluster
+    from simctl.sim.cost_model import load_cost_model
+    from simctl.sim.engine_config import EngineConfig
+    from simctl.sim.models import get_model
+    from simctl.sim.replay import ReplaySetup, run_policy, run_tables
+    from simctl.traces.cli_options import parse_steps
+    from simctl.traces.run_format import write_run_dir
+
+    trace = _trace(task["trace_path"])
+    model = get_model(trace.meta.model)
+    cluster = parse_cluster(task["cluster"])
+    setup = ReplaySetup(
+        trace=trace,
+        cluster=cluster,
+        model=model,
+        cost=load_cost_model(model, cluster, None),
+        steps=parse_steps(task["steps"], trace.steps),
+        seed=task["seed"],
+        engine=EngineConfig(),
+    )
+    run = run_policy(setup, task["policy_spec"])
+    doc = run_document(setup, {run.name: run}, Path(task["trace_path"]))
+    doc["provenance"]["command"] = task["command"]
+    full = cast(RunDoc, {**doc, POINT_KEY: task["point"], "sweep_cpu": {"sim_cpu_s": run.sim_cpu_s}})
+    write_run_dir(Path(task["out"]), full, run_tables({run.name: run}))
+
+
+def point_dir(out: Path, point: Point) -> Path:
+    return out / POINTS / point.point_id
+
+
+def is_complete(path: Path, point: Point) -> bool:
+    """The point's run directory is there, whole, and records this very point."""
+    try:
+        doc = json.loads((path / RUN_JSON).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get(POINT_KEY) == json.loads(json.dumps(point.record()))
+
+
+def make_task(out: Path, point: Point, command: str) -> PointTask:
+    return {
+        "point_id": point.point_id,
+        "point": json.loads(json.dumps(point.record())),
+        "trace_path": point.trace_path,
+        "policy_spec": point.policy_spec,
+        "cluster": point.cluster_arg,
+        "steps": None if point.steps == "all" else point.steps,
+        "seed": point.seed,
+        "out": str(point_dir(out, point).resolve()),
+        "command": command,
+    }
+
+
+# ------------------------------------------------------------------------- executors
+
+Done = Callable[[PointResult], None]
+
+
+def _die_with_parent() -> None:
+    """Pool workers end with the sweep (even a SIGKILLed one), never finish alone."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+
+
+def run_pool(tasks: Sequence[PointTask], workers: int, done: Done) -> None:
+    """Every task on a local process pool of `workers` processes."""
+    pool = ProcessPoolExecutor(
+        max_workers=max(1, min(workers, len(tasks))),
+        mp_context=get_context("spawn"),
+        initializer=_die_with_parent,
+    )
+    try:
+        pending: set[Future[PointResult]] = {pool.submit(run_point, t) for t in tasks}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                done(fut.result())
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def run_ray(tasks: Sequence[PointTask], workers: int | None, done: Done) -> None:
+    """Every task on the Ray cluster this process is connected to, `workers` at a time
+    (None: as many as the cluster has CPUs)."""
+    import ray
+
+    if workers is None:
+        workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
+    queue = list(reversed(tasks))
+    running: dict[Any, str] = {}
+    try:
+        while queue or running:
+            while queue and len(running) < workers:
+                task = queue.pop()
+                running[remote.remote(task)] = task["point_id"]
+            ready, _ = ray.wait(list(running), num_returns=1)
+            for ref in ready:
+                pid = running.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except Exception as exc:  # the worker died, or Ray lost the task
+                    result = {"point_id": pid, "error": f"ray: {str(exc).splitlines()[0]}", "wall_s": 0.0}
+                done(result)
+    except BaseException:
+        for ref in running:
+            ray.cancel(ref, force=True)
+        raise
+
+
+@contextmanager
+def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None]:
+    """Connect to Ray: join `address`, reuse a connection this process already has, or
+    start a local instance on 127.0.0.1 without dashboard, shut down on leaving."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    else:
+        start_local_ray(num_cpus)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def start_local_ray(num_cpus: int | None) -> None:
+    """A local Ray reachable on loopback only, dashboard off (RAY_LOOPBACK_ENV)."""
+    os.environ.update(RAY_LOOPBACK_ENV)  # the processes Ray starts read it
+    import ray
+    from ray._private import ray_constants
+
+    was = ray_constants.ENABLE_RAY_CLUSTER  # read when ray was imported, maybe before
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = was
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------- the sweep
+
+
+def default_workers() -> int:
+    """This machine's cores (those this process may run on)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+@dataclass
+class SweepResult:
+    total: int
+    ran: int
+    skipped: int
+    backend: str
+    wall_s: float
+
+
+def check_sweep_dir(out: Path, spec_path: Path) -> None:
+    """DIR is new, empty, or a sweep directory (it has sweep.json); one line otherwise."""
+    check_output_dir(out, inputs=[spec_path], what="--out sweep directory")
+    if out.is_dir() and not (out / MANIFEST).is_file():
+        foreign = [p.name for p in out.iterdir() if not p.name.startswith(".")]
+        if foreign:
+            shown = ", ".join(sorted(foreign)[:3])
+            raise OutputPathError(
+                f"{out}: exists and is not a sweep directory (holds {shown}); not writing in it"
+            )
+
+
+def pending_tasks(spec: SweepSpec, out: Path, command: str) -> list[PointTask]:
+    """Tasks of the points not yet complete; stale temporaries of killed writers removed."""
+    tasks = []
+    for point in spec.points:
+        path = point_dir(out, point)
+        remove_stale_temporaries(path)
+        if not is_complete(path, point):
+            tasks.append(make_task(out, point, command))
+    return tasks
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: Path,
+    workers: int | None,
+    use_ray: bool,
+    ray_address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    command: str = "simctl sweep",
+) -> SweepResult:
+    """Run every point not yet complete; SweepError naming the first failed point."""
+    from simctl.traces.run_format import write_json
+
+    out = Path(out)
+    check_sweep_dir(out, spec.path)
+    (out / POINTS).mkdir(parents=True, exist_ok=True)
+    write_json(
+        out / MANIFEST, {"format": "simctl-sweep/1", "spec": str(spec.path), "points": len(spec.points)}
+    )
+    tasks = pending_tasks(spec, out, command)
+    failed: list[PointResult] = []
+    count = [len(spec.points) - len(tasks)]
+
+    def done(result: PointResult) -> None:
+        count[0] += 1
+        if result["error"]:
+            failed.append(result)
+        if progress:
+            progress(count[0], len(spec.points))
+
+    if progress:
+        progress(count[0], len(spec.points))
+    t0 = time.perf_counter()
+    backend = "ray" if use_ray else "process pool"
+    if tasks and use_ray:
+        with local_ray(workers, ray_address):
+            run_ray(tasks, workers, done)
+    elif tasks:
+        run_pool(tasks, workers or default_workers(), done)
+    if failed:
+        order = {t["point_id"]: i for i, t in enumerate(tasks)}
+        first = min(failed, key=lambda r: order[r["point_id"]])  # the spec's order, not the finish's
+        raise SweepError(
+            f"{len(failed)} of {len(tasks)} points failed; first {first['point_id']}: {first['error']} "
+            "(the others are kept: rerun to resume)"
+        )
+    skipped = len(spec.points) - len(tasks)
+    return SweepResult(len(spec.points), len(tasks), skipped, backend, time.perf_counter() - t0)

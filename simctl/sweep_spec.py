@@ -1,0 +1,406 @@
+"""The sweep spec: a TOML file (data only, never code) naming the design space of `simctl sweep`.
+
+::
+
+    [sweep]
+    traces = ["traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"]
+    steps = "0:2"                  # or a list: ["0:2", "2:4"]; default every step
+    clusters = ["a100x8:tp1"]      # default ["h100x512"]
+    seeds = [0, 1]                 # default [0]
+    zip = [["traces", "steps"]]    # optional: these axes advance together (not crossed)
+
+    [policies]
+    verl = {}
+    ngram = { gamma = [2, 4, 6] }
+    spec-coupled = { method = ["ngram", "suffix"], gamma = [2, 4], zip = [["method", "gamma"]] }
+    seer = [{}, { chunk_tokens = [4096, 16384] }]   # a list of grids: their union
+
+Every axis is the cross product of its values, except the axes of one `zip` group, which
+advance together (their lists must be equally long). A list is always a grid, so a
+list-valued parameter is given as its command-line text ("ngram/suffix"). Relative trace
+and cluster files resolve against the spec file's folder, then the current directory.
+
+Everything is checked before anything runs (`load_spec`): each problem is one
+`SweepSpecError` line naming the file, the key and the value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simctl.policies.compose import drafting_gap
+from simctl.policies.family import Family
+from simctl.policies.params import ParamError, PolicySpecError
+from simctl.policies.registry import REGISTRY, make_policy
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import load_cost_model
+from simctl.sim.models import get_model
+from simctl.sim.replay import trace_draft_methods
+from simctl.traces.io import Trace, TraceError
+from simctl.traces.validate import load_valid_trace
+
+SWEEP_KEYS = ("traces", "steps", "clusters", "seeds", "zip")
+AXES = ("traces", "steps", "clusters", "seeds")
+DEFAULT_CLUSTER = "h100x512"
+ALL_STEPS = "all"
+ZIP = "zip"
+#: A sweep larger than this is refused up front (a typo in a grid, not a design space).
+MAX_POINTS = 100_000
+
+
+class SweepSpecError(ValueError):
+    """A sweep spec that cannot run; the message is one line naming file, key and value."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of the design space: plain data, what a sweep task receives."""
+
+    trace: str  # as written in the spec
+    trace_path: str  # resolved, absolute
+    steps: str  # "A:B", "N" or "all"
+    cluster: str  # as written in the spec
+    cluster_arg: str  # what parse_cluster reads (a relative TOML file resolved)
+    policy: str  # family name
+    params: tuple[tuple[str, Any], ...]  # given parameters, declaration order
+    policy_spec: str  # "ngram:gamma=4"
+    seed: int
+
+    def record(self) -> dict[str, Any]:
+        """What the point's run.json records and a rerun compares (no machine paths)."""
+        return {
+            "trace": self.trace,
+            "steps": self.steps,
+            "cluster": self.cluster,
+            "policy": self.policy,
+            "params": dict(self.params),
+            "policy_spec": self.policy_spec,
+            "seed": self.seed,
+        }
+
+    @property
+    def point_id(self) -> str:
+        """Stable across runs and machines: the policy's name and a hash of the record."""
+        text = json.dumps(self.record(), sort_keys=True)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        return f"{re.sub(r'[^A-Za-z0-9_-]+', '_', self.policy)}-{digest}"
+
+
+@dataclass
+class SweepSpec:
+    path: Path
+    points: list[Point]
+    traces: dict[str, Trace] = field(default_factory=dict)  # label -> loaded trace
+
+    @property
+    def policies(self) -> list[str]:
+        return list(dict.fromkeys(p.policy for p in self.points))
+
+    @property
+    def params(self) -> list[str]:
+        return list(dict.fromkeys(k for p in self.points for k, _ in p.params))
+
+
+def load_spec(path: Path) -> SweepSpec:
+    """Parse and check a sweep spec; SweepSpecError (one line) on the first problem."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SweepSpecError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SweepSpecError(f"{path}: cannot read ({str(exc).splitlines()[0]})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SweepSpecError(f"{path}: not valid TOML ({str(exc).splitlines()[0]})") from None
+    return spec_from_data(raw, path)
+
+
+def spec_from_data(raw: dict[str, Any], path: Path) -> SweepSpec:
+    """The spec of parsed TOML `raw` (read from `path`, which messages name)."""
+    checker = _Checker(path)
+    checker.keys(raw, "", ("sweep", "policies"), required=("sweep", "policies"))
+    sweep = checker.table(raw["sweep"], "sweep")
+    checker.keys(sweep, "sweep", SWEEP_KEYS, required=("traces",))
+    axes: dict[str, list[Any]] = {
+        "traces": checker.strings(sweep["traces"], "sweep.traces"),
+        "steps": [str(s) for s in checker.steps(sweep.get("steps", ALL_STEPS))],
+        "clusters": checker.strings(sweep.get("clusters", DEFAULT_CLUSTER), "sweep.clusters"),
+        "seeds": checker.seeds(sweep.get("seeds", 0)),
+    }
+    groups = checker.zips(sweep.get(ZIP, []), "sweep.zip", axes)
+    policies = checker.policies(checker.table(raw["policies"], "policies"))
+    traces = {label: checker.trace(label, f"sweep.traces = {label!r}") for label in axes["traces"]}
+    for label in axes["clusters"]:
+        checker.cluster(label, list(traces.values()))
+    points = []
+    for combo in _combinations(axes, groups):
+        trace = combo["traces"]
+        checker.select_steps(combo["steps"], trace, traces[trace])
+        for family, params in policies:
+            points.append(checker.point(combo, family, params, traces[trace]))
+            if len(points) > MAX_POINTS:
+                raise SweepSpecError(f"{path}: more than {MAX_POINTS} points; split the sweep")
+    _check_unique(path, points)
+    return SweepSpec(path=path, points=points, traces=traces)
+
+
+def _check_unique(path: Path, points: list[Point]) -> None:
+    seen: set[str] = set()
+    for p in points:
+        if p.point_id in seen:
+            raise SweepSpecError(
+                f"{path}: point {p.policy_spec} trace={p.trace} steps={p.steps} cluster={p.cluster} "
+                f"seed={p.seed} appears twice (a value listed twice, or two grids overlap)"
+            )
+        seen.add(p.point_id)
+
+
+def _combinations(axes: Mapping[str, list[Any]], groups: list[list[str]]) -> Iterator[dict[str, Any]]:
+    """Cross product of the axes, each zip group advancing together."""
+    zipped = {a for g in groups for a in g}
+    units: list[list[dict[str, Any]]] = [
+        [dict(zip(g, vals, strict=True)) for vals in zip(*(axes[a] for a in g), strict=True)] for g in groups
+    ]
+    units += [[{a: v} for v in axes[a]] for a in axes if a not in zipped]
+    for parts in itertools.product(*units):
+        combo: dict[str, Any] = {}
+        for part in parts:
+            combo.update(part)
+        yield combo
+
+
+def grid(values: Mapping[str, list[Any]], groups: list[list[str]]) -> Iterator[dict[str, Any]]:
+    """A policy's parameter grid: the cross product, zip groups advancing together."""
+    return _combinations(values, groups)
+
+
+@dataclass
+class _Checker:
+    """The checks, each raising SweepSpecError with the file, key and value."""
+
+    path: Path
+
+    def fail(self, key: str, problem: str) -> SweepSpecError:
+        return SweepSpecError(f"{self.path}: {key}: {problem}" if key else f"{self.path}: {problem}")
+
+    def keys(
+        self, table: Mapping[str, Any], where: str, known: Sequence[str], required: Sequence[str]
+    ) -> None:
+        for key in table:
+            if key not in known:
+                name = f"{where}.{key}" if where else key
+                raise self.fail(name, f"unknown key (known: {', '.join(known)})")
+        for key in required:
+            if key not in table:
+                raise self.fail(f"{where}.{key}" if where else key, "missing")
+
+    def table(self, value: Any, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(key, f"expected a table, got {_show(value)}")
+        return value
+
+    def listed(self, value: Any, key: str) -> list[Any]:
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            raise self.fail(key, "empty list")
+        for item in items:
+            if items.count(item) > 1:
+                raise self.fail(key, f"lists {_show(item)} twice")
+        return items
+
+    def strings(self, value: Any, key: str) -> list[str]:
+        items = self.listed(value, key)
+        for item in items:
+            if not isinstance(item, str) or not item:
+                raise self.fail(f"{key} = {_show(item)}", "expected a non-empty string")
+        return items
+
+    def steps(self, value: Any) -> list[str]:
+        items = self.listed(value, "sweep.steps")
+        for item in items:
+            ok = isinstance(item, str) and (item == ALL_STEPS or re.fullmatch(r"\d*:\d*|\d+", item))
+            if not (ok or (isinstance(item, int) and not isinstance(item, bool) and item >= 0)):
+                raise self.fail(f"sweep.steps = {_show(item)}", f"expected N, A:B or {ALL_STEPS!r}")
+        return [str(i) for i in items]
+
+    def seeds(self, value: Any) -> list[int]:
+        items = self.listed(value, "sweep.seeds")
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < 2**63:
+                raise self.fail(f"sweep.seeds = {_show(item)}", "expected an integer >= 0")
+        return items
+
+    def zips(self, value: Any, key: str, axes: Mapping[str, list[Any]]) -> list[list[str]]:
+        if not isinstance(value, list) or not all(isinstance(g, list) for g in value):
+            raise self.fail(f"{key} = {_show(value)}", "expected a list of lists of axis names")
+        used: set[str] = set()
+        for group in value:
+            for name in group:
+                if name not in axes:
+                    raise self.fail(
+                        f"{key} = {_show(group)}", f"{_show(name)} is not one of {', '.join(axes)}"
+                    )
+                if name in used:
+                    raise self.fail(f"{key} = {_show(group)}", f"{_show(name)} is in two zip groups")
+                used.add(name)
+            lengths = {len(axes[name]) for name in group}
+            if len(lengths) > 1:
+                sizes = ", ".join(f"{n} has {len(axes[n])}" for n in group)
+                raise self.fail(f"{key} = {_show(group)}", f"zipped lists differ in length ({sizes})")
+        return [list(g) for g in value if g]
+
+    def resolve(self, label: str) -> Path:
+        """A relative file: against the spec's folder, then the current directory."""
+        given = Path(label).expanduser()
+        if given.is_absolute():
+            return given
+        beside = self.path.parent / given
+        return (beside if beside.exists() or not given.exists() else given).resolve()
+
+    def trace(self, label: str, key: str) -> Trace:
+        try:
+            trace = load_valid_trace(self.resolve(label))
+        except TraceError as exc:
+            lines = str(exc).splitlines() or ["unreadable"]
+            more = f" (and {len(lines) - 1} more problems)" if len(lines) > 1 else ""
+            raise self.fail(key, lines[0] + more) from None
+        try:
+            get_model(trace.meta.model)
+        except ValueError as exc:
+            raise self.fail(key, str(exc).splitlines()[0]) from None
+        return trace
+
+    def cluster_text(self, label: str) -> str:
+        return str(self.resolve(label)) if label.endswith(".toml") else label
+
+    def cluster(self, label: str, traces: list[Trace]) -> None:
+        key = f"sweep.clusters = {label!r}"
+        try:
+            spec = parse_cluster(self.cluster_text(label))
+            for trace in traces:
+                load_cost_model(get_model(trace.meta.model), spec, None)
+        except (ValueError, OSError) as exc:
+            raise self.fail(key, (str(exc).splitlines() or ["invalid"])[0]) from None
+
+    def select_steps(self, steps: str, label: str, trace: Trace) -> None:
+        if steps == ALL_STEPS:
+            return
+        available = trace.steps
+        if ":" in steps:
+            a, b = steps.split(":", 1)
+            lo, hi = int(a) if a else min(available), int(b) if b else max(available) + 1
+            chosen = [s for s in available if lo <= s < hi]
+        else:
+            chosen = [s for s in available if s == int(steps)]
+        if not chosen:
+            raise self.fail(
+                f"sweep.steps = {steps!r}",
+                f"selects no step of {label} (it has steps {available[0]}..{available[-1]})",
+            )
+
+    def policies(self, table: dict[str, Any]) -> list[tuple[Family[Any], dict[str, Any]]]:
+        """(family, given parameters) for every grid point of every policy."""
+        if not table:
+            raise self.fail("policies", "no policy (add e.g. `verl = {}`)")
+        out: list[tuple[Family[Any], dict[str, Any]]] = []
+        for name, value in table.items():
+            family = REGISTRY.get(name)
+            if family is None:
+                raise self.fail(f"policies.{name}", f"unknown policy; known: {', '.join(sorted(REGISTRY))}")
+            grids = value if isinstance(value, list) else [value]
+            if not grids:
+                raise self.fail(f"policies.{name}", "empty list of grids")
+            for g in grids:
+                out += [
+                    (family, params) for params in self.policy_grid(family, self.table(g, f"policies.{name}"))
+                ]
+        return out
+
+    def policy_grid(self, family: Family[Any], table: dict[str, Any]) -> list[dict[str, Any]]:
+        declared = {d.name: d for d in family.declared()}
+        where = f"policies.{family.name}"
+        values: dict[str, list[Any]] = {}
+        for key, value in table.items():
+            if key == ZIP:
+                continue
+            if key.replace("-", "_") not in declared:
+                known = ", ".join(declared) or "none"
+                raise self.fail(f"{where}.{key}", f"unknown parameter (known: {known})")
+            items = self.listed(value, f"{where}.{key}")
+            for item in items:
+                self.param_value(family, key.replace("-", "_"), item)
+            values[key.replace("-", "_")] = items
+        groups = self.zips(table.get(ZIP, []), f"{where}.zip", values)
+        combos = list(grid(values, groups))
+        for combo in combos:
+            try:
+                family.resolve(policy_args(family, combo))
+            except PolicySpecError as exc:
+                raise self.fail(f"{where} = {_show(combo)}", str(exc)) from None
+        return combos
+
+    def param_value(self, family: Family[Any], key: str, value: Any) -> None:
+        kind = next(d.kind for d in family.declared() if d.name == key)
+        where = f"policies.{family.name}.{key} = {_show(value)}"
+        if isinstance(value, dict | list):
+            raise self.fail(where, f"expected a single value (allowed: {kind.allowed})")
+        try:
+            kind.parse(_text(value))
+        except ParamError as exc:
+            raise self.fail(where, f"{exc} (allowed: {kind.allowed})") from None
+
+    def point(
+        self, combo: dict[str, Any], family: Family[Any], params: dict[str, Any], trace: Trace
+    ) -> Point:
+        spec = policy_spec(family, params)
+        gap = drafting_gap(make_policy(spec), trace_draft_methods(trace))
+        if gap:
+            raise self.fail(f"sweep.traces = {combo['traces']!r}", f"{gap} (policies.{family.name})")
+        return Point(
+            trace=combo["traces"],
+            trace_path=str(self.resolve(combo["traces"])),
+            steps=combo["steps"],
+            cluster=combo["clusters"],
+            cluster_arg=self.cluster_text(combo["clusters"]),
+            policy=family.name,
+            params=tuple((d.name, params[d.name]) for d in family.declared() if d.name in params),
+            policy_spec=spec,
+            seed=combo["seeds"],
+        )
+
+
+def _text(value: Any) -> str:
+    """A TOML value as command-line text for the parameter's kind."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def policy_args(family: Family[Any], params: Mapping[str, Any]) -> str:
+    """`key=value,...` in declaration order, each value in the kind's canonical text."""
+    parts = []
+    for d in family.declared():
+        if d.name in params:
+            parts.append(f"{d.name}={d.kind.format(d.kind.parse(_text(params[d.name])))}")
+    return ",".join(parts)
+
+
+def policy_spec(family: Family[Any], params: Mapping[str, Any]) -> str:
+    args = policy_args(family, params)
+    return f"{family.name}:{args}" if args else family.name
+
+
+def _show(value: Any) -> str:
+    """A value on one line, as the spec would write it."""
+    text = json.dumps(value, default=str, ensure_ascii=True)
+    return text if len(text) <= 80 else text[:77] + "..."

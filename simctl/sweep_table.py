@@ -1,0 +1,117 @@
+"""The sweep's tidy table, read back from the points' run directories.
+
+`DIR/sweep.parquet`: one row per point, in the spec's order: every axis value (trace,
+steps, cluster, policy, one `param_<name>` column per parameter the spec sets, seed) and
+every metric (means over the point's steps). `DIR/sweep_steps.parquet`: the same metrics
+per point and step (the report's bands). Both are written atomically. Wall and CPU time
+columns (`TIME_COLUMNS`) are the only ones that differ between two runs of one sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simctl.sweep_runner import POINT_KEY, STEPS_TABLE, TABLE, point_dir
+from simctl.sweep_spec import SweepSpec
+from simctl.traces.atomic import atomic_write
+from simctl.traces.run_format import RUN_JSON
+
+PARAM_PREFIX = "param_"
+AXIS_COLUMNS = ("trace", "steps", "cluster", "gpus", "policy", "policy_spec", "seed")
+METRICS = {
+    "makespan_s": "mean rollout makespan (s)",
+    "step_time_s": "mean step time (s)",
+    "throughput_tok_s": "throughput (tokens/s)",
+    "tail_s": "tail time (s)",
+    "gpu_idle_fraction": "GPU idle fraction",
+    "accept_len": "accept length (tokens/verify)",
+    "gpu_seconds": "GPU-seconds (makespan x GPUs)",
+}
+TIME_COLUMNS = ("sim_cpu_s", "sim_wall_s")
+_STEP_KEYS = {
+    "makespan_s": "rollout_makespan_s",
+    "step_time_s": "step_time_s",
+    "throughput_tok_s": "throughput_tok_s",
+    "tail_s": "tail_time_s",
+    "gpu_idle_fraction": "gpu_idle_fraction",
+    "accept_len": "mean_accept_len",
+}
+
+
+def _mean(values: list[Any]) -> float:
+    nums = [float(v) for v in values if v is not None]
+    return float(np.mean(nums)) if nums else math.nan
+
+
+def _rows(spec: SweepSpec, out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rows, step_rows = [], []
+    for point in spec.points:
+        doc = json.loads((point_dir(out, point) / RUN_JSON).read_text())
+        entry = doc["policies"][point.policy_spec]
+        gpus = int(doc["provenance"]["cluster"]["total_gpus"])
+        steps = entry["steps"]
+        axes = {
+            "point_id": point.point_id,
+            **{k: doc[POINT_KEY][k] for k in ("trace", "steps", "cluster")},
+            "gpus": gpus,
+            "policy": point.policy,
+            "policy_spec": point.policy_spec,
+            **{PARAM_PREFIX + k: v for k, v in point.params},
+            "seed": point.seed,
+        }
+        metrics = {m: _mean([s[key] for s in steps]) for m, key in _STEP_KEYS.items()}
+        metrics["gpu_seconds"] = metrics["makespan_s"] * gpus
+        metrics["n_steps"] = len(steps)
+        times = {"sim_cpu_s": float(doc["sweep_cpu"]["sim_cpu_s"]), "sim_wall_s": float(entry["sim_wall_s"])}
+        rows.append({**axes, **metrics, **times})
+        for s in steps:
+            values = {m: (math.nan if s[key] is None else float(s[key])) for m, key in _STEP_KEYS.items()}
+            values["gpu_seconds"] = values["makespan_s"] * gpus
+            step_rows.append({**axes, "step": int(s["step"]), **values})
+    return rows, step_rows
+
+
+def _param_column(values: list[Any]) -> pd.api.extensions.ExtensionArray | np.ndarray:
+    """One dtype per parameter column: bool, integer, float, else text (None: not set)."""
+    given = [v for v in values if v is not None]
+    if given and all(isinstance(v, bool) for v in given):
+        return pd.array(values, dtype="boolean")
+    if given and all(isinstance(v, int) and not isinstance(v, bool) for v in given):
+        return pd.array(values, dtype="Int64")
+    if given and all(isinstance(v, int | float) and not isinstance(v, bool) for v in given):
+        return np.array([math.nan if v is None else float(v) for v in values])
+    return pd.array([None if v is None else str(v) for v in values], dtype="string")
+
+
+def _frame(rows: list[dict[str, Any]], params: list[str]) -> pd.DataFrame:
+    """Columns in a fixed order: point id, axes with the parameters before the seed, the rest."""
+    first = ["point_id", *AXIS_COLUMNS[:-1]]
+    df = pd.DataFrame({c: [r[c] for r in rows] for c in first})
+    for name in params:
+        df[PARAM_PREFIX + name] = _param_column([r.get(PARAM_PREFIX + name) for r in rows])
+    rest = [c for c in rows[0] if c not in first and not c.startswith(PARAM_PREFIX)] if rows else []
+    for c in rest:
+        df[c] = [r[c] for r in rows]
+    return df
+
+
+def sweep_tables(spec: SweepSpec, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per point, per point and step) from the points' run directories."""
+    rows, step_rows = _rows(spec, out)
+    table = _frame(rows, spec.params)
+    steps = _frame(step_rows, spec.params)
+    for df in (table, steps):
+        df["seed"] = df["seed"].astype("int64")
+    table["n_steps"] = table["n_steps"].astype("int64")
+    return table, steps
+
+
+def write_tables(table: pd.DataFrame, steps: pd.DataFrame, out: Path) -> None:
+    atomic_write(out / TABLE, lambda tmp: table.to_parquet(tmp, index=False))
+    atomic_write(out / STEPS_TABLE, lambda tmp: steps.to_parquet(tmp, index=False))

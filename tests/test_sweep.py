@@ -1,0 +1,365 @@
+"""`simctl sweep`: the spec's points, Ray and the local pool agree, resuming after a kill,
+one-line spec errors, the report, and a local Ray on loopback that leaves nothing behind.
+
+Ray starts once for the module (a few seconds); the points are tiny (two steps of the
+efficientrollout sample on 8 A100s), so the module stays well under a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simctl.cli import main
+from simctl.reports.sweep_figures import pareto_front
+from simctl.sweep_cmd import choose_backend
+from simctl.sweep_runner import POINTS, SweepError, is_complete, point_dir, run_sweep, start_local_ray
+from simctl.sweep_spec import SweepSpecError, load_spec, spec_from_data
+from simctl.sweep_table import TIME_COLUMNS, sweep_tables, write_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = "traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"
+SPEC = f"""
+[sweep]
+traces = ["{SAMPLE}"]
+steps = "0:2"
+clusters = ["a100x8:tp1"]
+seeds = [0, 1]
+[policies]
+verl = {{}}
+ngram = {{ gamma = [2, 4, 6] }}
+"""
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def spec_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The spec in a folder of its own whose `traces/` is the repository's: the relative
+    trace path resolves against the spec's folder."""
+    folder = tmp_path_factory.mktemp("spec")
+    (folder / "traces").symlink_to(ROOT / "traces", target_is_directory=True)
+    path = folder / "sweep.toml"
+    path.write_text(SPEC)
+    return path
+
+
+def _ray_children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if _is_ray(p)]
+
+
+def _is_ray(p: psutil.Process) -> bool:
+    try:
+        text = " ".join(p.cmdline()) + p.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return "ray" in text or "gcs_server" in text
+
+
+def _gone(procs: list[psutil.Process], timeout: float = 20.0) -> list[psutil.Process]:
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One local Ray for the module, started as simctl starts it (loopback, no dashboard)."""
+    assert not ray.is_initialized()
+    start_local_ray(2)
+    procs = _ray_children()
+    yield procs
+    ray.shutdown()
+    assert not _gone(procs), "ray processes left behind"
+
+
+def _table(spec_path: Path, out: Path) -> pd.DataFrame:
+    table, steps = sweep_tables(load_spec(spec_path), out)
+    write_tables(table, steps, out)
+    return table
+
+
+@pytest.fixture(scope="module")
+def pool_sweep(spec_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    out = tmp_path_factory.mktemp("pool") / "sweep"
+    result = run_sweep(load_spec(spec_path), out, workers=2, use_ray=False)
+    assert (result.ran, result.skipped, result.backend) == (8, 0, "process pool")
+    return out, _table(spec_path, out)
+
+
+def _without_times(df: pd.DataFrame) -> pd.DataFrame:
+    return df.drop(columns=list(TIME_COLUMNS))
+
+
+def test_spec_gives_eight_points(spec_path: Path) -> None:
+    spec = load_spec(spec_path)
+    assert len(spec.points) == 8
+    assert sorted(p.policy_spec for p in spec.points) == sorted(
+        ["verl", "ngram:gamma=2", "ngram:gamma=4", "ngram:gamma=6"] * 2
+    )
+    assert {p.seed for p in spec.points} == {0, 1}
+    assert len({p.point_id for p in spec.points}) == 8
+    assert all(Path(p.trace_path) == (spec_path.parent / SAMPLE).resolve() for p in spec.points)
+    assert [p.point_id for p in load_spec(spec_path).points] == [p.point_id for p in spec.points]
+
+
+def test_zipped_axes_advance_together(tmp_path: Path) -> None:
+    path = tmp_path / "zip.toml"
+    path.write_text(
+        f'[sweep]\ntraces = ["{ROOT / SAMPLE}"]\nsteps = ["0:1", "1:2"]\nseeds = [3, 4]\n'
+        'clusters = ["a100x8:tp1", "a100x16:tp2"]\nzip = [["steps", "seeds"]]\n'
+        "[policies]\nspec-coupled = { method = ['ngram', 'suffix'], gamma = [2, 4], "
+        "zip = [['method', 'gamma']] }\n"
+    )
+    points = load_spec(path).points
+    assert len(points) == 2 * 2 * 2  # (steps, seed) pairs x clusters x (method, gamma) pairs
+    assert {(p.steps, p.seed) for p in points} == {("0:1", 3), ("1:2", 4)}
+    assert {p.policy_spec for p in points} == {
+        "spec-coupled:method=ngram,gamma=2",
+        "spec-coupled:method=suffix,gamma=4",
+    }
+
+
+def test_ray_and_pool_give_identical_tables(
+    ray_cluster, spec_path: Path, pool_sweep, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = tmp_path_factory.mktemp("ray") / "sweep"
+    result = run_sweep(load_spec(spec_path), out, workers=2, use_ray=True)
+    assert (result.ran, result.backend) == (8, "ray")
+    assert ray.is_initialized()  # a Ray simctl did not start is left running
+    table = _table(spec_path, out)
+    pd.testing.assert_frame_equal(_without_times(table), _without_times(pool_sweep[1]))
+    assert len(table) == 8
+    assert {"trace", "steps", "cluster", "policy", "param_gamma", "seed", "makespan_s", "step_time_s"} <= set(
+        table.columns
+    )
+    assert {
+        "throughput_tok_s",
+        "tail_s",
+        "gpu_idle_fraction",
+        "accept_len",
+        "gpu_seconds",
+        "sim_cpu_s",
+    } <= set(table.columns)
+    np.testing.assert_allclose(table["gpu_seconds"], table["makespan_s"] * 8)
+    assert table["accept_len"].isna().tolist() == (table["policy"] == "verl").tolist()
+
+
+def test_local_ray_listens_on_loopback_only(ray_cluster) -> None:
+    assert ray.util.get_node_ip_address() == "127.0.0.1"
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+    listening = []
+    for proc in [psutil.Process(), *ray_cluster]:
+        try:
+            conns = proc.net_connections(kind="inet")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        listening += [c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN]
+    assert listening
+    assert all(ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1") for ip in listening), listening
+
+
+def test_rerun_skips_complete_points(spec_path: Path, pool_sweep) -> None:
+    out, table = pool_sweep
+    result = run_sweep(load_spec(spec_path), out, workers=2, use_ray=False)
+    assert (result.ran, result.skipped) == (0, 8)
+    pd.testing.assert_frame_equal(_table(spec_path, out), table)
+
+
+def _complete(spec_path: Path, out: Path) -> int:
+    return sum(is_complete(point_dir(out, p), p) for p in load_spec(spec_path).points)
+
+
+def _children(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.parametrize("how", ["sigkill-pool", "sigterm-ray"])
+def test_killed_sweep_resumes(how: str, spec_path: Path, pool_sweep, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    args = ["--no-ray", "--workers", "1"] if how == "sigkill-pool" else ["--workers", "2"]
+    cmd = [sys.executable, "-m", "simctl", "sweep", str(spec_path), "--out", str(out), *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    children: list[psutil.Process] = []
+    deadline = time.monotonic() + 60
+    while _complete(spec_path, out) < 1 and proc.poll() is None and time.monotonic() < deadline:
+        children = _children(proc.pid) or children
+        time.sleep(0.02)
+    children = _children(proc.pid) or children
+    proc.send_signal(signal.SIGKILL if how == "sigkill-pool" else signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert not _gone(children), "workers outlived the killed sweep"
+    done_before = _complete(spec_path, out)
+    assert 1 <= done_before < 8, f"killed after {done_before} points"
+    result = run_sweep(load_spec(spec_path), out, workers=2, use_ray=False)
+    assert (result.ran, result.skipped) == (8 - done_before, done_before)
+    entries = sorted(os.listdir(out / POINTS))
+    assert len(entries) == 8 and not [e for e in entries if e.startswith(".")], entries
+    assert _complete(spec_path, out) == 8
+    pd.testing.assert_frame_equal(_without_times(_table(spec_path, out)), _without_times(pool_sweep[1]))
+
+
+def test_report_renders(pool_sweep) -> None:
+    out, table = pool_sweep
+    from simctl.reports.sweep_page import build_sweep_report
+
+    steps = pd.read_parquet(out / "sweep_steps.parquet")
+    index = build_sweep_report(table, steps, out / "report")
+    page = index.read_text()
+    for policy in ("verl", "ngram:gamma=2", "ngram:gamma=4", "ngram:gamma=6"):
+        assert policy in page
+    figures = sorted(p.name for p in (out / "report" / "figures").iterdir())
+    assert figures == ["best.png", "param-ngram-gamma.png"]
+    for name in figures:
+        assert f'src="figures/{name}"' in page
+        assert (out / "report" / "figures" / name).read_bytes()[:4] == b"\x89PNG"
+    assert "cluster does not vary" in page  # the Pareto front needs two clusters
+
+
+def test_pareto_front() -> None:
+    xs = np.array([4.0, 1.0, 2.0, 3.0, 2.0])
+    ys = np.array([1.0, 4.0, 2.0, 3.0, 2.5])
+    assert pareto_front(xs, ys).tolist() == [True, True, True, False, False]
+
+
+def test_cli_sweep_and_resume(spec_path: Path, pool_sweep, tmp_path: Path) -> None:
+    """The command end to end on the pool, reusing the finished points of another sweep."""
+    out = tmp_path / "sweep"
+    shutil.copytree(pool_sweep[0], out, symlinks=True)
+    (out / "sweep.parquet").unlink()
+    res = CliRunner().invoke(main, ["sweep", str(spec_path), "--out", str(out), "--no-ray"])
+    assert res.exit_code == 0, res.output
+    assert "8 points: 0 run (process pool), 8 already complete" in res.output
+    assert (out / "report" / "index.html").is_file()
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "sweep.parquet"), pool_sweep[1])
+
+
+def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert choose_backend(no_ray=False, workers=2, ray_address=None) is True
+    assert choose_backend(no_ray=True, workers=2, ray_address=None) is False
+    assert choose_backend(no_ray=False, workers=1, ray_address=None) is False
+    monkeypatch.setattr("simctl.sweep_cmd.ray_available", lambda: False)
+    assert choose_backend(no_ray=False, workers=None, ray_address=None) is False
+
+
+BAD = {
+    "unknown top key": ("[sweep]\ntraces=['{t}']\n[policies]\nverl={{}}\n[extra]\n", "extra"),
+    "unknown sweep key": ("[sweep]\ntraces=['{t}']\nseed=[1]\n[policies]\nverl={{}}\n", "sweep.seed"),
+    "unknown policy": ("[sweep]\ntraces=['{t}']\n[policies]\nnope={{}}\n", "policies.nope"),
+    "unknown parameter": ("[sweep]\ntraces=['{t}']\n[policies]\nngram={{gama=[2]}}\n", "policies.ngram.gama"),
+    "value out of range": ("[sweep]\ntraces=['{t}']\n[policies]\nngram={{gamma=[2, 999]}}\n", "gamma = 999"),
+    "value of wrong type": ("[sweep]\ntraces=['{t}']\n[policies]\nngram={{gamma='x'}}\n", 'gamma = "x"'),
+    "missing trace": ("[sweep]\ntraces=['nowhere.parquet']\n[policies]\nverl={{}}\n", "nowhere.parquet"),
+    "not a trace": ("[sweep]\ntraces=['{spec}']\n[policies]\nverl={{}}\n", "sweep.traces"),
+    "bad cluster": ("[sweep]\ntraces=['{t}']\nclusters=['zz9x3']\n[policies]\nverl={{}}\n", "zz9x3"),
+    "no such steps": ("[sweep]\ntraces=['{t}']\nsteps='40:50'\n[policies]\nverl={{}}\n", "40:50"),
+    "bad seed": ("[sweep]\ntraces=['{t}']\nseeds=[-1]\n[policies]\nverl={{}}\n", "sweep.seeds = -1"),
+    "zip lengths": (
+        "[sweep]\ntraces=['{t}']\nseeds=[1,2]\nsteps=['0:1']\nzip=[['seeds','steps']]\n[policies]\nverl={{}}\n",
+        "sweep.zip",
+    ),
+    "repeated value": ("[sweep]\ntraces=['{t}']\n[policies]\nngram={{gamma=[2, 2]}}\n", "twice"),
+    "not toml": ("[sweep\n", "not valid TOML"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_spec_errors_are_one_line(case: str, tmp_path: Path) -> None:
+    text, expected = BAD[case]
+    path = tmp_path / "bad.toml"
+    path.write_text(text.format(t=ROOT / SAMPLE, spec=path))
+    with pytest.raises(SweepSpecError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{path}: ") and expected in message, message
+
+
+def test_cli_spec_error_exit_1(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(f"[sweep]\ntraces=['{ROOT / SAMPLE}']\n[policies]\nngram={{gamma=[0]}}\n")
+    res = CliRunner().invoke(main, ["sweep", str(path), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 1
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "policies.ngram.gamma = 0" in lines[0], res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_must_be_a_sweep_directory(spec_path: Path, tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "thesis.tex").write_text("keep me")
+    res = CliRunner().invoke(main, ["sweep", str(spec_path), "--out", str(tmp_path / "out"), "--no-ray"])
+    assert res.exit_code == 1 and "not a sweep directory" in res.output
+    assert json.dumps(sorted(os.listdir(tmp_path / "out"))) == '["thesis.tex"]'
+
+
+def test_relative_trace_falls_back_to_the_current_directory(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "sweep.toml"
+    path.write_text(SPEC)
+    assert {p.trace_path for p in load_spec(path).points} == {str(ROOT / SAMPLE)}
+
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 70),
+    st.floats(allow_nan=True),
+    st.text(max_size=6),
+    st.sampled_from(["0:2", "a100x8:tp1", "ngram", "gamma", "seeds", str(ROOT / SAMPLE)]),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["gamma", "method", "zip", "steps", "x"]), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sweep=st.dictionaries(st.sampled_from(["traces", "steps", "clusters", "seeds", "zip", "oops"]), VALUES),
+    policies=st.dictionaries(st.sampled_from(["verl", "ngram", "spec-coupled", "nope"]), VALUES, max_size=3),
+)
+def test_hostile_specs_fail_in_one_line(sweep: dict, policies: dict) -> None:
+    """Whatever the data, a spec is accepted or refused with one SweepSpecError line."""
+    path = Path("/nonexistent/sweep.toml")
+    try:
+        spec = spec_from_data({"sweep": sweep, "policies": policies}, path)
+    except SweepSpecError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(f"{path}: ")
+    else:
+        assert spec.points
+
+
+def test_failed_points_are_one_line_and_the_rest_kept(tmp_path: Path) -> None:
+    """A point that fails while running (its trace removed after the checks) is named in
+    one line; the sweep can be rerun once the cause is gone."""
+    trace = tmp_path / "t.parquet"
+    shutil.copy(ROOT / SAMPLE, trace)
+    path = tmp_path / "sweep.toml"
+    path.write_text(SPEC.replace(SAMPLE, "t.parquet").replace("seeds = [0, 1]", "seeds = [0]"))
+    spec = load_spec(path)
+    trace.unlink()
+    with pytest.raises(SweepError) as info:
+        run_sweep(spec, tmp_path / "out", workers=1, use_ray=False)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("4 of 4 points failed; first verl-"), message
+    shutil.copy(ROOT / SAMPLE, trace)
+    assert run_sweep(load_spec(path), tmp_path / "out", workers=1, use_ray=False).ran == 4
