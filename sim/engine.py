@@ -18,6 +18,7 @@ import inspect
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+import numpy as np
 import simpy
 
 from simctl.policies.contract import (
@@ -51,6 +52,7 @@ from simctl.sim.state import (
     FINISHED,
     PLAIN_GAMMA,
     RUNNING,
+    STATE_NAMES,
     UNASSIGNED,
     WAITING,
     StepState,
@@ -389,7 +391,26 @@ class StepSimulation:
         unplaced = int((st.state == UNASSIGNED).sum())
         if unplaced == st.n_requests:
             raise SimError(f"policy '{self.policy.name}' placed no request at step start")
-        self.env.run(until=self.done_event)
+        try:
+            self.env.run(until=self.done_event)
+        except RuntimeError as exc:
+            if self.done_event.triggered or "No scheduled events left" not in str(exc):
+                raise
+            raise SimError(stall_report(self.policy.name, self.state, self.env.now)) from None
         self.emit(StepFinished(time_s=self.makespan, step=st.step, rollout_makespan_s=self.makespan))
         self.acceptance.finish(self.counters)
         return self.makespan
+
+
+def stall_report(policy: str, st: StepState, now: float) -> str:
+    """One line for a step that stopped with requests unfinished: nothing left to happen
+    (no worker busy, no event due), so the policy never placed or re-placed them."""
+    left = np.flatnonzero(~np.isin(st.state, (FINISHED, DEFERRED)))
+    counts = Counter(STATE_NAMES[int(x)] for x in st.state[left])
+    shown = ", ".join(str(int(r)) for r in left[:5]) + (" ..." if len(left) > 5 else "")
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    return (
+        f"policy '{policy}' left {len(left)} of {st.n_requests} requests of step {st.step} "
+        f"unfinished ({kinds}; requests {shown}) at t={now:.1f} s, with no worker busy "
+        "and nothing left to happen: the policy never placed them"
+    )
