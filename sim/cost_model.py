@@ -61,6 +61,11 @@ _SCALARS = (int, float, np.float64, np.int64)  # types the scalar fast paths acc
 _scalar: Callable[[Any], float] = float
 
 
+class CostModelError(ValueError):
+    """A cost model that cannot price what the run asks (a profile that cannot be read, or
+    lacks a kind of step a policy needs; a model that does not fit); one line."""
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """What the engine calls. Arguments broadcast elementwise; results are float64 seconds.
@@ -230,7 +235,7 @@ class RooflineCostModel:
         self.weight_bytes_per_gpu = model.weight_bytes(params.bytes_per_param) / tp
         free = gpu.hbm_bytes * gpu_mem_util - self.weight_bytes_per_gpu
         if free <= 0:
-            raise ValueError(
+            raise CostModelError(
                 f"model {model.name} ({self.weight_bytes_per_gpu / 1e9:.1f} GB/GPU at tp={tp}) "
                 f"does not fit in {gpu_mem_util:.0%} of {gpu.name} ({gpu.hbm_bytes / 1e9:.0f} GB)"
             )
@@ -348,7 +353,7 @@ class RooflineCostModel:
         elif drafter.startswith("model:"):
             step = self._draft_model(drafter[len("model:") :]).iteration_time(b, b, ctx)
         else:
-            raise ValueError(
+            raise CostModelError(
                 f"unknown drafter {drafter!r}; known: ngram, suffix, history, "
                 "w4-self, eagle, model:<catalogue name>"
             )
@@ -523,7 +528,7 @@ class ProfiledCostModel:
         measurements: dict[str, np.ndarray] | None = None,
     ) -> None:
         if "decode" not in coefficients:
-            raise ValueError("profile: needs 'decode' measurements")
+            raise CostModelError("profile: needs 'decode' measurements")
         self.coefficients = {k: np.asarray(c, dtype=np.float64) for k, c in coefficients.items()}
         self.kv_capacity_tokens = int(kv_capacity_tokens)
         self.weight_bytes_per_gpu = float(weight_bytes_per_gpu)
@@ -581,7 +586,11 @@ class ProfiledCostModel:
         kind = f"draft:{drafter}"
         if kind not in self.coefficients:
             have = ", ".join(k for k in self.coefficients if k.startswith("draft:")) or "none"
-            raise ValueError(f"profile has no {kind!r} measurements (has: {have})")
+            source = self.meta.get("source") or "profile"
+            raise CostModelError(
+                f"profile {source}: no {kind!r} measurements (has: {have}); "
+                "calibrate the drafter the policy uses or drop --profile"
+            )
         step = self._law(kind, num_seqs, num_seqs, context_tokens)
         return np.asarray(gamma, dtype=np.float64) * step
 
@@ -590,14 +599,16 @@ class ProfiledCostModel:
         path = Path(path)
         try:
             doc = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"profile {path.name}: cannot read: {exc}") from None
+        except RecursionError:
+            raise CostModelError(f"profile {path.name}: cannot read: JSON nested too deeply") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CostModelError(f"profile {path.name}: cannot read: {exc}") from None
         return cls.from_dict(doc, source=path.name)
 
     @classmethod
     def from_dict(cls, doc: Any, source: str = "<dict>") -> ProfiledCostModel:
-        def bad(field: str, why: str) -> ValueError:
-            return ValueError(f"profile {source}: field {field!r} {why}")
+        def bad(field: str, why: str) -> CostModelError:
+            return CostModelError(f"profile {source}: field {field!r} {why}")
 
         if not isinstance(doc, dict) or doc.get("format") != "simctl-profile/1":
             raise bad("format", "must be 'simctl-profile/1'")
@@ -665,7 +676,7 @@ def load_cost_model(
     prof = ProfiledCostModel.from_json(profile_path)
     name = Path(profile_path).name
     if prof.meta.get("tp") != cluster.tp:
-        raise ValueError(
+        raise CostModelError(
             f"profile {name}: field 'tp'={prof.meta.get('tp')} but the cluster runs tp={cluster.tp}"
         )
     try:
@@ -673,7 +684,7 @@ def load_cost_model(
     except ValueError:
         same = True  # uncatalogued model: trust the caller
     if not same:
-        raise ValueError(
+        raise CostModelError(
             f"profile {name}: field 'model'={prof.meta.get('model')!r} but the run simulates {spec.name}"
         )
     return prof
