@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -302,13 +303,15 @@ def test_hostile_profiles(tmp_path: Path, good_trace: Path, text: str) -> None:
 # ------------------------------------------------------------------------ output paths
 
 
-@pytest.mark.parametrize("where", ["input", "parent_is_file", "plot_ext"])
+@pytest.mark.parametrize("where", ["input", "parent_is_file", "plot_ext", "not_utf8"])
 def test_bad_output_paths_are_refused_before_simulating(tmp_path: Path, good_trace: Path, where: str) -> None:
     trace = tmp_path / "t.parquet"
     trace.write_bytes(good_trace.read_bytes())
     before = trace.read_bytes()
     if where == "input":
         args = ["--json", str(trace)]
+    elif where == "not_utf8":
+        args = ["--json", str(tmp_path) + "/" + os.fsdecode(b"m\xff.json")]
     elif where == "parent_is_file":
         (tmp_path / "file").write_text("x")
         args = ["--out", str(tmp_path / "file" / "run")]
