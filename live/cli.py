@@ -147,13 +147,13 @@ def run_live(opts: LiveOptions) -> None:
     check_request(opts)
     torch = start_torch(opts.engine)
     loaded, small = load_models(opts.engine)
-    workload = load_workload(opts, loaded)
-    cost_model = load_cost_model(opts)
     e = opts.engine
     budget = e.kv_budget_gib or DEFAULT_KV_BUDGET_GIB
-    config = ExecutorConfig(
-        max_num_seqs=e.max_num_seqs, kv_capacity_tokens=kv_capacity_tokens(loaded, budget)
-    )
+    capacity = kv_capacity_tokens(loaded, budget)
+    context = getattr(loaded.model.config, "max_position_embeddings", None)
+    workload = load_workload(opts, loaded, min(capacity, context) if isinstance(context, int) else capacity)
+    cost_model = load_cost_model(opts)
+    config = ExecutorConfig(max_num_seqs=e.max_num_seqs, kv_capacity_tokens=capacity)
     info = ModelInfo(
         model=model_name(loaded, e.model),
         gpu=e.device,
@@ -224,11 +224,11 @@ def load_models(e: EngineOptions) -> tuple[LoadedModel, Any]:
     return loaded, small
 
 
-def load_workload(opts: LiveOptions, loaded: LoadedModel) -> Workload:
+def load_workload(opts: LiveOptions, loaded: LoadedModel, max_context: int) -> Workload:
     from simctl.live.workload import WorkloadError, build_workload
 
     try:
-        return build_workload(opts.workload, loaded.tokenizer, loaded.vocab_size)
+        return build_workload(opts.workload, loaded.tokenizer, loaded.vocab_size, max_context)
     except (WorkloadError, ValueError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
 

@@ -143,7 +143,23 @@ def from_prompts(
     return Workload(work, group_size, stop_on_eos=True, source={"kind": "prompts", "prompts": len(prompts)})
 
 
-def from_trace(path: Path, vocab: int, steps: list[int] | None = None) -> Workload:
+def check_context(where: str, needs: np.ndarray, max_context: int | None, keys: Any = None) -> None:
+    """Refuse, before any prompt is built, a request whose prompt and response cannot fit
+    in a worker (the model's context or the engine's KV budget): it would never finish."""
+    if max_context is None or not len(needs):
+        return
+    i = int(np.argmax(needs))
+    if int(needs[i]) > max_context:
+        which = f" ({keys[i]})" if keys is not None else ""
+        raise WorkloadError(
+            f"{where}: a request{which} needs {int(needs[i]):,} tokens of context; a worker holds "
+            f"{max_context:,} (the model's context and --kv-budget-gib)"
+        )
+
+
+def from_trace(
+    path: Path, vocab: int, steps: list[int] | None = None, max_context: int | None = None
+) -> Workload:
     try:
         trace = load_valid_trace(path)
     except TraceError as exc:
@@ -154,6 +170,12 @@ def from_trace(path: Path, vocab: int, steps: list[int] | None = None) -> Worklo
         if missing:
             raise WorkloadError(f"trace {path}: has no step {missing[0]} (steps {trace.steps})")
     chosen = steps or trace.steps
+    sel = df[df["step"].isin(chosen)]
+    needs = sel["prompt_len"].to_numpy(np.int64) + sel["response_len"].to_numpy(np.int64)
+    keys = [
+        f"step {a}, prompt {b}, sample {c}" for a, b, c in sel[["step", "prompt_id", "sample"]].to_numpy()
+    ]
+    check_context(f"trace {path}", needs, max_context, keys)
     prompt_vals, prompt_off = (
         trace.token_arrays("prompt_tokens") if "prompt_tokens" in trace.lists else (None, None)
     )
@@ -198,7 +220,9 @@ def from_trace(path: Path, vocab: int, steps: list[int] | None = None) -> Worklo
     )
 
 
-def build_workload(opts: WorkloadOptions, tokenizer: Any | None, vocab: int) -> Workload:
+def build_workload(
+    opts: WorkloadOptions, tokenizer: Any | None, vocab: int, max_context: int | None = None
+) -> Workload:
     """`simctl live`'s workload: the trace's (its steps `steps_text`, N or A:B) or the
     prompts' (`steps_text` steps). Raises WorkloadError or ValueError, one line each."""
     if opts.trace_path:
@@ -209,8 +233,8 @@ def build_workload(opts: WorkloadOptions, tokenizer: Any | None, vocab: int) -> 
 
             available = read_trace(opts.trace_path, columns=["step"]).steps
             steps = parse_steps(opts.steps_text, available) if opts.steps_text else None
-        return from_trace(opts.trace_path, vocab, steps)
-    return from_prompts(
+        return from_trace(opts.trace_path, vocab, steps, max_context)
+    work = from_prompts(
         read_prompts(opts.prompts_path),
         tokenizer,
         vocab,
@@ -219,3 +243,6 @@ def build_workload(opts: WorkloadOptions, tokenizer: Any | None, vocab: int) -> 
         steps=int(opts.steps_text) if opts.steps_text else 1,
         prompts_per_step=opts.prompts_per_step,
     )
+    needs = np.array([len(r.prompt) + r.budget for s in work.steps for r in s.requests], np.int64)
+    check_context("prompts with --max-tokens", needs, max_context)
+    return work

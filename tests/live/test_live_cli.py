@@ -291,3 +291,21 @@ def test_vllm_backend_live_run(tmp_path: Path) -> None:
         assert len(both) == len(live_req) > 0
         assert (both["worker_live"] == both["worker_sim"]).all(), name
         assert both["worker_live"].nunique() == 2
+
+
+def test_requests_that_cannot_fit_a_worker_are_refused_before_running(tmp_path: Path) -> None:
+    """A trace request (or --max-tokens) longer than the model's context or the KV budget
+    would never finish; it is refused in one line before any prompt is built."""
+    from simctl.traces.io import write_trace
+    from simctl.traces.schema import TraceMeta
+    from tests.factories import make_frame
+
+    df = make_frame([10, 20, 30, 2**30], group_size=4, max_tokens=2**31 - 1)
+    df["finish_reason"] = "stop"
+    trace = write_trace(tmp_path / "huge.parquet", df, TraceMeta(model="qwen2.5-7b", group_size=4))
+    base = ["--backend", "torch", "--model", "random:tiny"]
+    result = CliRunner().invoke(live_cmd, [*base, "--trace", str(trace)])
+    assert result.exit_code == 1
+    assert "a request (step 0, prompt 0, sample 3) needs 1,073,741,952 tokens of context" in result.output
+    result = CliRunner().invoke(live_cmd, [*base, "--max-tokens", "1000000000", "--prompts-per-step", "1"])
+    assert result.exit_code == 1 and "tokens of context; a worker holds" in result.output
