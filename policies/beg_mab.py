@@ -1,4 +1,4 @@
-"""TLT's Bucketed-Epsilon-Greedy multi-armed bandit (papers/tlt-adaptive-drafter.md §5.2,
+"""TLT's Bucketed-Epsilon-Greedy multi-armed bandit (Taming the Long-Tail, arXiv:2511.16665 §5.2,
 Alg. 1): picks a speculative-decoding strategy for the current batch size.
 
 Pure and seeded: the same records and seed give the same choices in the simulator and live.

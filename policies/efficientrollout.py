@@ -1,4 +1,4 @@
-"""EfficientRollout (papers/efficientrollout-self-speculative.md): W4 self-speculation with a
+"""EfficientRollout (System-Aware Self-Speculative Decoding for RL Rollouts): W4 self-speculation with a
 roofline SD toggle (§3.2, Eq. 3) and an adaptive draft length across steps (§3.3, Alg. 1).
 
 The drafter is the trace method ``w4_self`` (the simulator's cost model prices it as the

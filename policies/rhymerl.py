@@ -1,4 +1,4 @@
-"""RhymeRL (papers/rhymerl-history-rhymes.md) and the steps of its Fig. 14 breakdown,
+"""RhymeRL (History Rhymes, arXiv:2508.18588) and the steps of its Fig. 14 breakdown,
 registered by name:
 
 | name | placement | two-tier | HistoSpec |

@@ -1,4 +1,4 @@
-"""RhymeRL HistoPipe (papers/rhymerl-history-rhymes.md §6): ranking groups from the previous
+"""RhymeRL HistoPipe (History Rhymes, arXiv:2508.18588 §6): ranking groups from the previous
 epoch's lengths, alternating across steps, outlier migration, two-tier worker allocation.
 
 - Ranking (§6.2): prompts sorted by the median of their last occurrence's response lengths

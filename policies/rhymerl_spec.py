@@ -1,4 +1,4 @@
-"""RhymeRL HistoSpec (papers/rhymerl-history-rhymes.md §5): speculative decoding from the
+"""RhymeRL HistoSpec (History Rhymes, arXiv:2508.18588 §5): speculative decoding from the
 previous epoch's responses to the same prompt.
 
 Drafting (`DraftRule`, replayed exactly by the simulator over token ids): one suffix tree

@@ -1,4 +1,4 @@
-"""Seer (papers/seer-online-context-learning.md) and the ablations of its Table 6, Fig. 10
+"""Seer (arXiv:2511.14617) and the ablations of its Table 6, Fig. 10
 and Fig. 11, registered by name:
 
 | name | divided rollout | scheduling | grouped SD |

@@ -1,4 +1,4 @@
-"""Seer's divided rollout and context-aware scheduling (papers/seer-online-context-learning.md
+"""Seer's divided rollout and context-aware scheduling (arXiv:2511.14617
 §4.2-4.3, Alg. 1), as one global scheduler over a request buffer.
 
 Divided rollout: every request is dispatched in chunks (`Assign.max_tokens` = chunk,

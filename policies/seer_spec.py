@@ -1,4 +1,4 @@
-"""Seer's adaptive grouped speculative decoding (papers/seer-online-context-learning.md §4.4,
+"""Seer's adaptive grouped speculative decoding (arXiv:2511.14617 §4.4,
 §5 "Speculative Decoding", Table 2, Fig. 11-12).
 
 The drafter is a suffix tree per prompt group over all its responses as generated

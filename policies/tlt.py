@@ -1,4 +1,4 @@
-"""TLT (papers/tlt-adaptive-drafter.md): elastic speculation for the long tail, BEG-MAB
+"""TLT (Taming the Long-Tail, arXiv:2511.16665): elastic speculation for the long tail, BEG-MAB
 strategy selection, an EAGLE drafter retrained on idle workers (spot trainer), and an
 n-gram (model-free) fallback while no trained drafter exists.
 

@@ -1,5 +1,5 @@
 """Ground truth for TLT's adaptive drafter: how well an EAGLE drafter matches the evolving
-target, given how much spot training it received (papers/tlt-adaptive-drafter.md §4, §6.4).
+target, given how much spot training it received (Taming the Long-Tail, arXiv:2511.16665 §4, §6.4).
 
 The trace's ``accept_eagle`` column is the per-token acceptance of a drafter *aligned* with
 the step's target. The executor multiplies it by :func:`eagle_acceptance_scale`, which
