@@ -18,7 +18,6 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -37,6 +36,7 @@ from simctl.reports.load import Study, load_study
 from simctl.reports.page import PageInput, render
 from simctl.reports.style import RC
 from simctl.reports.tables import Table, headline_table, per_step_table
+from simctl.traces.atomic import exchange, remove_stale_temporaries, temp_sibling
 
 # Entries of DIR that a report owns; anything else in DIR must be an input run.
 REPORT_ENTRIES = frozenset({"index.html", "figures", "tables", "report.json"})
@@ -100,35 +100,37 @@ def check_report_dir(out_dir: Path, run_dirs: list[Path]) -> None:
 
 
 def _swap_in(tmp: Path, out_dir: Path) -> None:
-    """Move carried-over run directories into `tmp`, then swap `tmp` in by rename."""
-    if out_dir.exists():
-        moved: list[str] = []
-        try:
-            for entry in out_dir.iterdir():
-                if entry.name not in REPORT_ENTRIES:
-                    entry.rename(tmp / entry.name)
-                    moved.append(entry.name)
-        except OSError:
-            for name in moved:
-                (tmp / name).rename(out_dir / name)
-            raise
-        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-        old.rmdir()
-        out_dir.rename(old)
-        try:
-            tmp.rename(out_dir)
-        except OSError:
-            old.rename(out_dir)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
+    """Put `tmp` at `out_dir` in one step (traces/atomic.py `exchange`), carrying over the
+    run directories inside the old one as hard-linked copies, so that a crash or a signal
+    at any moment leaves the old report with its runs intact, or the new one."""
+    if not out_dir.exists():
         tmp.rename(out_dir)
+        return
+    for entry in out_dir.iterdir():
+        if entry.name not in REPORT_ENTRIES:
+            _link_copy(entry, tmp / entry.name)
+    if exchange(tmp, out_dir):
+        shutil.rmtree(tmp, ignore_errors=True)  # now the old report
+        return
+    aside = temp_sibling(out_dir)
+    out_dir.rename(aside)
+    tmp.rename(out_dir)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def _link_copy(src: Path, dst: Path) -> None:
+    """A copy that shares the files' data (hard links), falling back to a real copy."""
+
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    if src.is_dir():
+        shutil.copytree(src, dst, copy_function=link)
+    else:
+        link(str(src), str(dst))
 
 
 def _report_meta(workers: int | None, step_reason: str) -> dict:
@@ -184,9 +186,10 @@ def build_report(
         raise ReportError(f"--workers {workers}: must be at least 1")
     check_report_dir(out_dir, run_dirs)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    remove_stale_temporaries(out_dir)
+    tmp = temp_sibling(out_dir)
+    tmp.mkdir()  # the user's umask applies
     try:
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would make a shared report unreadable
         ctx = Context(
             study=study, step=chosen, baseline=baseline, fig_dir=tmp / "figures", notes=notes, workers=workers
         )

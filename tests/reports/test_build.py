@@ -118,3 +118,23 @@ def test_cli_with_worker_subset_and_replicas(fresh_run, tmp_path):
     res = CliRunner().invoke(report_cmd, [str(tmp_path / "nope"), "-o", str(tmp_path / "o2")])
     assert res.exit_code == 1
     assert "no usable run" in res.output and "no such directory" in res.output
+
+
+def test_a_failed_rebuild_keeps_the_old_report_and_its_inner_run(run_dir, tmp_path, monkeypatch):
+    """The carried run is linked, not moved: a failure at the swap leaves DIR as it was."""
+    import simctl.reports.build as build
+
+    out = tmp_path / "rep"
+    inner = shutil.copytree(run_dir, out / "run")
+    build_report([inner], out)
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+
+    def fail(a, b):
+        raise OSError(5, "Input/output error", str(b))
+
+    monkeypatch.setattr(build, "exchange", fail)
+    with pytest.raises(OSError):
+        build_report([inner], out, step=0)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+    assert (out / "run" / "run.json").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rep.")]
