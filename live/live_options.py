@@ -46,6 +46,7 @@ class OutputOptions:
     record_path: Path | None = None
     json_path: Path | None = None
     out: Path | None = None
+    chrome_trace: Path | None = None  # Chrome/Perfetto trace of the worker timeline
 
 
 @dataclass(frozen=True)

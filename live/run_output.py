@@ -17,8 +17,17 @@ import click
 from simctl.live.executor import ExecutorConfig
 from simctl.live.live_options import LiveOptions
 from simctl.live.models import LoadedModel
-from simctl.live.recorder import LiveRun, run_document, write_json, write_recording, write_run_dir
+from simctl.live.recorder import (
+    LiveRun,
+    requests_frame,
+    run_document,
+    timeline_frame,
+    write_json,
+    write_recording,
+    write_run_dir,
+)
 from simctl.live.workload import Workload
+from simctl.traces.chrome_trace import write_run_chrome_trace
 from simctl.traces.run_format import RunDoc
 
 
@@ -124,6 +133,13 @@ def write_outputs(
     if opts.output.out:
         write_run_dir(opts.output.out, doc, runs)
         click.echo(f"wrote run directory {opts.output.out}")
+    if opts.output.chrome_trace:
+        tables = {
+            "timeline": [timeline_frame(r) for r in runs],
+            "requests": [requests_frame(r) for r in runs],
+        }
+        write_run_chrome_trace(opts.output.chrome_trace, tables, doc)
+        click.echo(f"wrote {opts.output.chrome_trace} (open in ui.perfetto.dev)")
     for what, n in doc["approximated"].items():
         click.echo(f"approximated x{n}: {what}", err=True)
 

@@ -18,7 +18,7 @@ from simctl.live.recorder import LiveRun
 from simctl.live.view import CostModelMissing
 from simctl.live.workload import Workload
 from simctl.policies.contract import ModelInfo
-from simctl.policies.registry import make_policy
+from simctl.traces.plugins import make_policy
 
 if TYPE_CHECKING:
     from simctl.sim.cost_model import CostModel

@@ -4,6 +4,11 @@ The registry collects the families each policy module declares (`FAMILIES`); no 
 module imports it. `make_policy` parses a spec against the family's declaration and raises
 `PolicySpecError` (one line naming the policy, the parameter, the value and what is
 allowed) for anything it cannot run.
+
+Only the built-in policies live here. Executors and commands resolve a `--policy` spec
+through `traces/plugins.py`, which adds plug-in classes (`module:Class`, `file.py:Class`)
+and installed `simctl.policies` entry points: loading code is I/O, which `policies/`
+never does.
 """
 
 from __future__ import annotations

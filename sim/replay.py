@@ -14,9 +14,8 @@ import numpy as np
 import pandas as pd
 
 from simctl.policies.compose import drafting_gap
-from simctl.policies.contract import ModelInfo, PromptHistory, Role
+from simctl.policies.contract import ModelInfo, Policy, PromptHistory, Role
 from simctl.policies.draft_methods import ALL_METHODS
-from simctl.policies.registry import make_policy
 from simctl.sim.cluster import ClusterSpec
 from simctl.sim.cost_model import CostModel
 from simctl.sim.drafter_training import (
@@ -32,6 +31,7 @@ from simctl.sim.state import DEFERRED, StepState
 from simctl.sim.step_time import post_rollout_time, step_time
 from simctl.sim.token_replay import StepReplay, TraceTokens
 from simctl.traces.io import Trace
+from simctl.traces.plugins import make_policy
 from simctl.traces.run_format import (
     ROLE_CHANGE_COLUMNS,
     RUN_TABLES,
@@ -121,10 +121,11 @@ def trace_draft_methods(trace: Trace) -> frozenset[str]:
 
 def run_policy(
     setup: ReplaySetup,
-    policy_spec: str,
+    policy_spec: str | Policy,
     on_step: Callable[[str, int], None] | None = None,
 ) -> PolicyRun:
-    policy = make_policy(policy_spec)
+    """One policy (a spec, traces/plugins.py, or a policy object) over the setup's steps."""
+    policy = make_policy(policy_spec) if isinstance(policy_spec, str) else policy_spec
     gap = drafting_gap(policy, trace_draft_methods(setup.trace))
     if gap:
         raise SimError(f"{gap} (a trace needs an accept_<method> column per method)")

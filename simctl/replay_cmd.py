@@ -9,13 +9,15 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from simctl.policies.registry import UnknownPolicyError, make_policy
+from simctl.policies.registry import UnknownPolicyError
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
 from simctl.sim.engine import EngineConfig, SimError
 from simctl.sim.models import get_model
 from simctl.sim.replay import PolicyRun, ReplaySetup, replay, run_tables
+from simctl.traces.chrome_trace import write_run_chrome_trace
 from simctl.traces.cli_options import (
+    chrome_trace_option,
     json_option,
     max_num_seqs_option,
     out_option,
@@ -25,6 +27,7 @@ from simctl.traces.cli_options import (
 )
 from simctl.traces.io import TraceError
 from simctl.traces.outputs import check_output_dir, check_output_file
+from simctl.traces.plugins import make_policy
 from simctl.traces.run_format import (
     FORMAT_VERSION,
     RunDoc,
@@ -38,9 +41,19 @@ from simctl.traces.validate import load_valid_trace
 DEFAULT_CLUSTER = "h100x512"
 
 
+def trace_cluster(meta_cluster: object, given: str | None) -> tuple[str, str | None]:
+    """(cluster spec to use, line saying where it came from): --cluster, else the layout the
+    trace's metadata records (traces/layouts.py), else the default."""
+    if given is not None:
+        return given, None
+    if isinstance(meta_cluster, str) and meta_cluster.strip():
+        return meta_cluster, f"cluster {meta_cluster}: the layout recorded in the trace (--cluster overrides)"
+    return DEFAULT_CLUSTER, None
+
+
 def build_setup(
     trace_path: Path,
-    cluster: str,
+    cluster: str | None,
     profile: Path | None,
     model: str | None,
     steps: str | None,
@@ -57,6 +70,9 @@ def build_setup(
     except ValueError as exc:
         hint = "" if model else f" (trace {trace_path} names model '{trace.meta.model}'; pass --model NAME)"
         raise click.ClickException(str(exc).splitlines()[0] + hint) from None
+    cluster, said = trace_cluster(trace.meta.cluster, cluster)
+    if said:
+        click.echo(said)
     try:
         spec = parse_cluster(cluster)
         cost = load_cost_model(model_spec, spec, profile)
@@ -149,12 +165,15 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
 
 @click.command("replay")
 @click.argument("trace", type=click.Path(path_type=Path))
-@policy_option("Policy name or name:key=value,...; repeat to compare. See `simctl policies`.")
+@policy_option(
+    "Policy NAME[:key=value,...], or a class: module.path:Class or file.py:Class[:key=value,...]; "
+    "repeat to compare. See `simctl policies`."
+)
 @click.option(
     "--cluster",
-    default=DEFAULT_CLUSTER,
-    show_default=True,
-    help="NAMExCOUNT[:tpN] (e.g. h100x512, h100x1024 for 'veRL 2x') or a .toml file.",
+    default=None,
+    help="NAMExCOUNT[:tpN] (e.g. h100x512, h100x1024 for 'veRL 2x') or a .toml file "
+    f"[default: the layout recorded in the trace, else {DEFAULT_CLUSTER}].",
 )
 @click.option(
     "--profile",
@@ -175,6 +194,7 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Also render a comparison report of this run into DIR.",
 )
+@chrome_trace_option()
 def replay_cmd(
     trace,
     policies,
@@ -189,9 +209,12 @@ def replay_cmd(
     json_path,
     out,
     report_dir,
+    chrome_trace,
 ) -> None:
     """Replay TRACE under each --policy on a simulated cluster and compare."""
     check_outputs(trace, json_path, out, report_dir)
+    if chrome_trace:
+        check_output_file(chrome_trace, inputs=[trace], what="--chrome-trace file")
     names = []
     for p in policies:
         try:
@@ -233,6 +256,9 @@ def replay_cmd(
     if out:
         write_run_dir(out, doc, run_tables(runs))
         click.echo(f"wrote run directory {out}")
+    if chrome_trace:
+        write_run_chrome_trace(chrome_trace, run_tables(runs), doc)
+        click.echo(f"wrote {chrome_trace} (open in ui.perfetto.dev)")
     if report_dir:
         from simctl.reports.build import build_report
 

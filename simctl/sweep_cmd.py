@@ -89,10 +89,24 @@ def choose_backend(no_ray: bool, workers: int | None, ray_address: str | None) -
     help="Points run at once [default: this machine's cores; with --ray-address, the cluster's CPUs].",
 )
 @click.option("--no-ray", is_flag=True, help="Run on a local process pool instead of Ray.")
-def sweep_cmd(spec_path: Path, out: Path, ray_address: str | None, workers: int | None, no_ray: bool) -> None:
+@click.option(
+    "--plugin",
+    "plugins",
+    multiple=True,
+    help="A policy class from a module or file (module.path:Class, file.py:Class) that [policies] "
+    "may then list by its name; repeatable. The spec file itself never names code.",
+)
+def sweep_cmd(
+    spec_path: Path,
+    out: Path,
+    ray_address: str | None,
+    workers: int | None,
+    no_ray: bool,
+    plugins: tuple[str, ...],
+) -> None:
     """Replay every point of the design space in SPEC.toml; resumable (rerun to go on)."""
     use_ray = choose_backend(no_ray, workers, ray_address)
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, plugins)
     check_sweep_dir(out, spec_path)
     if workers is None and not ray_address:
         workers = default_workers()

@@ -147,7 +147,7 @@ def make_task(out: Path, point: Point, command: str) -> PointTask:
         "point_id": point.point_id,
         "point": json.loads(json.dumps(point.record())),
         "trace_path": point.trace_path,
-        "policy_spec": point.policy_spec,
+        "policy_spec": point.task_spec or point.policy_spec,
         "cluster": point.cluster_arg,
         "steps": None if point.steps == "all" else point.steps,
         "seed": point.seed,

@@ -22,6 +22,11 @@ and cluster files resolve against the spec file's folder, then the current direc
 
 Everything is checked before anything runs (`load_spec`): each problem is one
 `SweepSpecError` line naming the file, the key and the value.
+
+Policies are built-in names or installed entry points (`traces/plugins.py`). The spec is
+data and never names code: a plug-in class from a module or a file is named on the
+command line (`simctl sweep --plugin file.py:Class`), then listed in `[policies]` by its
+policy name; its tasks receive the loadable spec string (the file's absolute path).
 """
 
 from __future__ import annotations
@@ -39,12 +44,14 @@ from typing import Any
 from simctl.policies.compose import drafting_gap
 from simctl.policies.family import Family
 from simctl.policies.params import ParamError, PolicySpecError
-from simctl.policies.registry import REGISTRY, make_policy
+from simctl.policies.registry import REGISTRY
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
 from simctl.sim.models import get_model
 from simctl.sim.replay import trace_draft_methods
 from simctl.traces.io import Trace, TraceError
+from simctl.traces.plugins import family as policy_family
+from simctl.traces.plugins import is_plugin_spec, known_names, make_policy, resolve
 from simctl.traces.validate import load_valid_trace
 
 SWEEP_KEYS = ("traces", "steps", "clusters", "seeds", "zip")
@@ -73,6 +80,7 @@ class Point:
     params: tuple[tuple[str, Any], ...]  # given parameters, declaration order
     policy_spec: str  # "ngram:gamma=4"
     seed: int
+    task_spec: str = ""  # a plug-in's loadable spec, when not policy_spec (not recorded)
 
     def record(self) -> dict[str, Any]:
         """What the point's run.json records and a rerun compares (no machine paths)."""
@@ -109,8 +117,10 @@ class SweepSpec:
         return list(dict.fromkeys(k for p in self.points for k, _ in p.params))
 
 
-def load_spec(path: Path) -> SweepSpec:
-    """Parse and check a sweep spec; SweepSpecError (one line) on the first problem."""
+def load_spec(path: Path, plugins: Sequence[str] = ()) -> SweepSpec:
+    """Parse and check a sweep spec; SweepSpecError (one line) on the first problem.
+    `plugins`: plug-in specs the user named on the command line (`module:Class`,
+    `file.py:Class`), which `[policies]` may then list by their names."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -120,12 +130,31 @@ def load_spec(path: Path) -> SweepSpec:
         raise SweepSpecError(f"{path}: cannot read ({str(exc).splitlines()[0]})") from None
     except tomllib.TOMLDecodeError as exc:
         raise SweepSpecError(f"{path}: not valid TOML ({str(exc).splitlines()[0]})") from None
-    return spec_from_data(raw, path)
+    return spec_from_data(raw, path, plugins)
 
 
-def spec_from_data(raw: dict[str, Any], path: Path) -> SweepSpec:
+def command_line_plugins(specs: Sequence[str]) -> dict[str, tuple[Family[Any], str]]:
+    """Policy name -> (family, loadable spec) of each `--plugin` spec, a file made absolute."""
+    out: dict[str, tuple[Family[Any], str]] = {}
+    for spec in specs:
+        head, _, rest = spec.partition(":")
+        if not is_plugin_spec(spec) or ":" in rest:
+            raise SweepSpecError(f"--plugin {spec!r}: expected module.path:Class or file.py:Class")
+        if head.endswith(".py") or "/" in head:
+            spec = f"{Path(head).expanduser().resolve()}:{rest}"
+        try:
+            family, _ = resolve(spec)
+        except PolicySpecError as exc:
+            raise SweepSpecError(f"--plugin: {exc}") from None
+        if family.name in REGISTRY or family.name in out:
+            raise SweepSpecError(f"--plugin {spec!r}: policy name {family.name!r} is already taken")
+        out[family.name] = (family, spec)
+    return out
+
+
+def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ()) -> SweepSpec:
     """The spec of parsed TOML `raw` (read from `path`, which messages name)."""
-    checker = _Checker(path)
+    checker = _Checker(path, command_line_plugins(plugins))
     checker.keys(raw, "", ("sweep", "policies"), required=("sweep", "policies"))
     sweep = checker.table(raw["sweep"], "sweep")
     checker.keys(sweep, "sweep", SWEEP_KEYS, required=("traces",))
@@ -187,6 +216,7 @@ class _Checker:
     """The checks, each raising SweepSpecError with the file, key and value."""
 
     path: Path
+    plugins: dict[str, tuple[Family[Any], str]] = field(default_factory=dict)
 
     def fail(self, key: str, problem: str) -> SweepSpecError:
         return SweepSpecError(f"{self.path}: {key}: {problem}" if key else f"{self.path}: {problem}")
@@ -312,9 +342,7 @@ class _Checker:
             raise self.fail("policies", "no policy (add e.g. `verl = {}`)")
         out: list[tuple[Family[Any], dict[str, Any]]] = []
         for name, value in table.items():
-            family = REGISTRY.get(name)
-            if family is None:
-                raise self.fail(f"policies.{name}", f"unknown policy; known: {', '.join(sorted(REGISTRY))}")
+            family = self.family(name)
             grids = value if isinstance(value, list) else [value]
             if not grids:
                 raise self.fail(f"policies.{name}", "empty list of grids")
@@ -323,6 +351,24 @@ class _Checker:
                     (family, params) for params in self.policy_grid(family, self.table(g, f"policies.{name}"))
                 ]
         return out
+
+    def family(self, name: str) -> Family[Any]:
+        """A built-in, installed or --plugin policy; never code named by the spec."""
+        if is_plugin_spec(name):
+            raise self.fail(
+                f"policies.{name}",
+                "a sweep spec names policies, never code: pass --plugin on the command line "
+                "and list the policy by its name",
+            )
+        if name in self.plugins:
+            return self.plugins[name][0]
+        try:
+            return policy_family(name)
+        except PolicySpecError as exc:
+            if not str(exc).startswith("unknown policy"):
+                raise self.fail(f"policies.{name}", str(exc)) from None
+            known = ", ".join(sorted({*known_names(), *self.plugins}))
+            raise self.fail(f"policies.{name}", f"unknown policy; known: {known}") from None
 
     def policy_grid(self, family: Family[Any], table: dict[str, Any]) -> list[dict[str, Any]]:
         declared = {d.name: d for d in family.declared()}
@@ -361,7 +407,11 @@ class _Checker:
         self, combo: dict[str, Any], family: Family[Any], params: dict[str, Any], trace: Trace
     ) -> Point:
         spec = policy_spec(family, params)
-        gap = drafting_gap(make_policy(spec), trace_draft_methods(trace))
+        task_spec = ""
+        if family.name in self.plugins:
+            args = policy_args(family, params)
+            task_spec = self.plugins[family.name][1] + (f":{args}" if args else "")
+        gap = drafting_gap(make_policy(task_spec or spec), trace_draft_methods(trace))
         if gap:
             raise self.fail(f"sweep.traces = {combo['traces']!r}", f"{gap} (policies.{family.name})")
         return Point(
@@ -374,6 +424,7 @@ class _Checker:
             params=tuple((d.name, params[d.name]) for d in family.declared() if d.name in params),
             policy_spec=spec,
             seed=combo["seeds"],
+            task_spec=task_spec,
         )
 
 

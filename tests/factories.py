@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
@@ -12,8 +10,11 @@ from simctl.sim.cost_model import RooflineCostModel
 from simctl.sim.engine import EngineConfig
 from simctl.sim.models import get_model
 from simctl.sim.replay import ReplaySetup, replay
+from simctl.testing import LinearCost
 from simctl.traces.io import Trace
 from simctl.traces.schema import TraceMeta
+
+__all__ = ["LinearCost", "make_frame", "make_setup", "make_trace", "random_lengths", "run_one"]
 
 
 def make_frame(
@@ -54,34 +55,6 @@ def make_trace(
 def random_lengths(seed: int, n: int, lo: int = 20, hi: int = 1500) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return np.clip(np.exp(rng.uniform(np.log(lo), np.log(hi), n)), lo, hi).astype(np.int64)
-
-
-@dataclass
-class LinearCost:
-    """Affine cost (SpecActor-style D(b)): easy to reason about in tests."""
-
-    kv_capacity_tokens: int = 10**9
-    base_s: float = 0.010
-    per_seq_s: float = 1e-5
-    per_new_token_s: float = 2e-5
-    per_ctx_token_s: float = 1e-8
-    draft_s: float = 1e-4
-    weight_bytes_per_gpu: float = 1e9
-
-    def iteration_time(self, num_seqs, new_tokens, context_tokens):
-        return np.asarray(
-            self.base_s
-            + self.per_seq_s * np.asarray(num_seqs, float)
-            + self.per_new_token_s * np.asarray(new_tokens, float)
-            + self.per_ctx_token_s * np.asarray(context_tokens, float),
-            dtype=np.float64,
-        )
-
-    def prefill_time(self, tokens):
-        return np.asarray(self.base_s + self.per_new_token_s * np.asarray(tokens, float))
-
-    def draft_time(self, drafter, num_seqs, context_tokens, gamma):
-        return np.asarray(self.draft_s * np.asarray(gamma, float) + 0.0 * np.asarray(context_tokens, float))
 
 
 def make_setup(

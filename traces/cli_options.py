@@ -39,6 +39,15 @@ def out_option(help_text: str) -> Callable[[F], F]:
     return click.option("--out", type=click.Path(file_okay=False, path_type=Path), help=help_text)
 
 
+def chrome_trace_option() -> Callable[[F], F]:
+    """`--chrome-trace FILE`: the run's worker timeline for ui.perfetto.dev."""
+    return click.option(
+        "--chrome-trace",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Write the worker timeline as a Chrome/Perfetto trace (JSON) to open in ui.perfetto.dev.",
+    )
+
+
 def parse_steps(text: str | None, available: list[int]) -> list[int]:
     """`A:B` (inclusive A, exclusive B, either side optional) or `N` over the trace's steps."""
     if not text:

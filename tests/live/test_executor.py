@@ -19,8 +19,7 @@ import itertools
 import numpy as np
 import pytest
 
-from simctl.live.backend import Delta, StepTiming
-from simctl.live.executor import TORCH_CAPABILITIES, ExecutorConfig, LiveError, LiveExecutor
+from simctl.live.executor import ExecutorConfig, LiveError, LiveExecutor
 from simctl.live.recorder import LiveRun, write_recording
 from simctl.live.workload import Workload, from_trace
 from simctl.policies.contract import (
@@ -47,8 +46,7 @@ from simctl.policies.contract import (
     WorkerIdle,
 )
 from simctl.policies.registry import REGISTRY, make_policy
-from simctl.sim.engine import EngineConfig, StepSimulation
-from simctl.sim.state import StepState
+from simctl.testing import ScriptedEngine, Spy, check_conformance
 from simctl.traces.io import write_trace
 from simctl.traces.schema import KNOWN_METHODS, TraceMeta
 from simctl.traces.validate import validate_file
@@ -56,70 +54,6 @@ from tests.factories import LinearCost, make_frame
 
 KV = 10**9
 INFO = ModelInfo(model="Qwen2.5-7B", gpu="H100-SXM-80GB", tp=1, group_size=4, temperature=1.0)
-
-
-class Spy(Policy):
-    """Forwards to a policy and logs (event, actions)."""
-
-    def __init__(self, inner: Policy) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.requires = inner.requires
-        self.tick_iterations = inner.tick_iterations
-        self.log: list[tuple[Event, list[Action]]] = []
-
-    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
-        actions = list(self.inner.on_event(event, view))
-        self.log.append((event, actions))
-        return actions
-
-
-class ScriptedEngine:
-    """A fake engine: one token per iteration (two when speculating), token ids a pure
-    function of the absolute position, so re-dispatch and migration continue the stream."""
-
-    def __init__(self) -> None:
-        self.reqs: dict[int, list] = {}  # rid -> [prompt_len + generated, remaining, spec]
-
-    def add(self, request, key, prompt, max_tokens, spec, group) -> list[str]:
-        self.reqs[request] = [len(prompt), max_tokens, spec]
-        return []
-
-    def set_spec(self, request: int, spec: SpecConfig) -> list[str]:
-        self.reqs[request][2] = spec
-        return []
-
-    def abort(self, request: int) -> None:
-        del self.reqs[request]
-
-    def step(self) -> list[Delta]:
-        out = []
-        for rid, st in list(self.reqs.items()):
-            pos, left, spec = st
-            n = min(left, 2 if spec.enabled else 1)
-            st[0], st[1] = pos + n, left - n
-            ended = st[1] == 0
-            if ended:
-                del self.reqs[rid]
-            out.append(
-                Delta(
-                    rid,
-                    [(pos + i) % 97 for i in range(n)],
-                    ended,
-                    False,
-                    spec.gamma if spec.enabled else 0,
-                    n - 1,
-                )
-            )
-        return out
-
-    @property
-    def running(self) -> int:
-        return len(self.reqs)
-
-    @property
-    def last_timing(self) -> StepTiming:
-        return StepTiming()
 
 
 def _frame(steps: int = 1, n_groups: int = 6):
@@ -162,29 +96,10 @@ POLICIES = sorted(REGISTRY)
 
 @pytest.mark.parametrize("name", POLICIES)
 def test_conformance_step_started(name: str, trace_file: Path) -> None:
-    """Same trace, info, capabilities and cost model: same decisions at step start."""
-    workload = from_trace(trace_file, vocab=256, steps=[0])
-    sim_spy = Spy(make_policy(name))
-    frame = _frame(steps=1)
-    state = StepState.from_frame(frame, 0)
-    sim = StepSimulation(
-        state,
-        sim_spy,
-        LinearCost(),
-        [(0, 1)] * 3,
-        EngineConfig(),
-        0,
-        view_extras={"info": INFO, "capabilities": TORCH_CAPABILITIES},
-    )
-    sim.run()
-    live_spy = Spy(make_policy(name))
-    ex = _live(live_spy, workload)
-    (e_sim, a_sim), (e_live, a_live) = sim_spy.log[0], live_spy.log[0]
-    assert isinstance(e_sim, StepStarted) and isinstance(e_live, StepStarted)
-    assert e_sim.requests == e_live.requests
-    assert a_sim == a_live
-    assert ex.unfinished == 0
-    assert all(r.generated == r.budget for r in ex.requests[: ex.n_requests])
+    """Same trace, info, capabilities and cost model: same decisions at step start
+    (simctl.testing.check_conformance, the helper users run on their own policies)."""
+    result = check_conformance(name, trace=trace_file, steps=1)
+    assert result.steps == [0] and result.actions[0] >= 24  # every request placed
 
 
 @pytest.mark.parametrize("name", POLICIES)

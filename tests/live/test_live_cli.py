@@ -57,10 +57,25 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             str(out),
             "--json",
             str(out.parent / "m.json"),
+            "--chrome-trace",
+            str(out.parent / "chrome.json"),
         ]
     )
     assert code == 0, output
     return out
+
+
+def test_chrome_trace_of_the_live_run(run_dir: Path) -> None:
+    """One process per policy, one `worker N` track per worker, a slice per busy segment."""
+    import pandas as pd
+
+    from tests.test_chrome_trace import check_trace_events
+
+    doc = json.loads((run_dir.parent / "chrome.json").read_text())
+    found = check_trace_events(doc, ["verl", "ngram"], workers=2)
+    timeline = pd.read_parquet(run_dir / "timeline.parquet")
+    for policy, got in found.items():
+        assert len(got["busy"]) == len(timeline[timeline["policy"] == policy]) > 0
 
 
 def test_run_directory_has_replay_keys(run_dir: Path) -> None:

@@ -1,0 +1,182 @@
+"""The Python API: what a notebook needs to replay a trace and look at the results.
+
+::
+
+    import simctl
+
+    trace = simctl.load_trace("traces/samples/efficientrollout-qwen7b-8k-6steps.parquet")
+    result = simctl.replay(trace, ["verl", "ngram:gamma=4"], cluster="a100x8:tp1", steps="0:2")
+    result.steps          # pandas: one row per policy and step, the metrics of `simctl replay`
+    result.requests       # one row per request (requests.parquet)
+    result.timeline       # one row per busy segment of a worker (timeline.parquet)
+    result.report("out")  # out/run (a run directory) and out/index.html (the comparison report)
+
+The same code paths as `simctl replay` (sim/replay.py, the run format of
+traces/run_format.py, reports/build.py); errors are the CLI's one-line exceptions
+(`TraceError`, `PolicySpecError`, `SimError`, `ValueError` for a bad cluster or steps).
+Policies are spec strings (`"ngram:gamma=4"`, `"my_policies.py:Mine"`), `Policy`
+subclasses (built with their default parameters) or `Policy` objects (used as they are).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from simctl.policies.contract import Policy
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import load_cost_model
+from simctl.sim.engine_config import EngineConfig
+from simctl.sim.models import get_model
+from simctl.sim.replay import PolicyRun, ReplaySetup, run_policy, run_tables
+from simctl.traces.io import Trace
+from simctl.traces.plugins import class_family
+from simctl.traces.run_format import RunDoc
+from simctl.traces.validate import load_valid_trace
+
+__all__ = ["Result", "load_trace", "replay"]
+
+PolicyLike = str | type[Policy] | Policy
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read and validate a trace (`TraceError`, one line per problem, if it is not valid)."""
+    return load_valid_trace(Path(path))
+
+
+def _steps(steps: int | str | Sequence[int] | None, available: list[int]) -> list[int]:
+    if steps is None:
+        return list(available)
+    if isinstance(steps, str):
+        a, colon, b = steps.partition(":")
+        try:
+            lo = int(a) if a else min(available)
+            hi = (int(b) if b else max(available) + 1) if colon else lo + 1
+        except ValueError:
+            raise ValueError(f"steps {steps!r} is not N or A:B") from None
+        chosen = [s for s in available if lo <= s < hi]
+    else:
+        wanted = {int(steps)} if isinstance(steps, int) else {int(s) for s in steps}
+        chosen = [s for s in available if s in wanted]
+    if not chosen:
+        raise ValueError(
+            f"steps {steps!r} selects no step; the trace has steps {available[0]}..{available[-1]}"
+        )
+    return chosen
+
+
+def _policy(p: PolicyLike) -> str | Policy:
+    if isinstance(p, str | Policy):
+        return p
+    return class_family(p, None, getattr(p, "__name__", repr(p))).make("")
+
+
+@dataclass
+class Result:
+    """A replay's results: pandas frames of the run directory's tables, run.json as `doc`."""
+
+    setup: ReplaySetup
+    runs: dict[str, PolicyRun]
+    doc: RunDoc
+
+    def _table(self, name: str) -> pd.DataFrame:
+        frames = [f for f in run_tables(self.runs)[name] if len(f)]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """One row per policy and step: makespan, step time, tokens, throughput, tail, GPU
+        idle fraction, mean accept length (sim/metrics.py)."""
+        rows = [
+            {"policy": name, **dataclasses.asdict(m)} for name, run in self.runs.items() for m in run.steps
+        ]
+        return pd.DataFrame(rows)
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """One row per request and step (traces/run_format.py REQUESTS)."""
+        return self._table("requests")
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        """One row per busy segment of a worker (traces/run_format.py TIMELINE)."""
+        return self._table("timeline")
+
+    @property
+    def roles(self) -> pd.DataFrame:
+        """One row per role change of a worker."""
+        return self._table("roles")
+
+    def write_run(self, out: str | Path) -> Path:
+        """The run directory (what `simctl replay --out` writes; `simctl report` reads it)."""
+        from simctl.traces.outputs import check_output_dir
+        from simctl.traces.run_format import check_replaceable, write_run_dir
+
+        out = Path(out)
+        check_output_dir(out, inputs=[], what="run directory")
+        check_replaceable(out)
+        write_run_dir(out, self.doc, run_tables(self.runs))
+        return out
+
+    def report(self, out: str | Path, baseline: str = "verl") -> Path:
+        """Write the run directory to `out/run` and render the comparison report into `out`;
+        returns `out/index.html`."""
+        from simctl.reports.build import build_report, check_report_dir
+        from simctl.traces.outputs import check_output_dir
+
+        out = Path(out)
+        check_output_dir(out, inputs=[], what="report directory")
+        check_report_dir(out, [out / "run"])
+        run_dir = self.write_run(out / "run")
+        return build_report(
+            [run_dir], out, baseline=baseline if baseline in self.runs else next(iter(self.runs))
+        )
+
+    def chrome_trace(self, path: str | Path) -> Path:
+        """The worker timeline as a Chrome/Perfetto trace (JSON) at `path`."""
+        from simctl.traces.chrome_trace import write_run_chrome_trace
+
+        write_run_chrome_trace(Path(path), run_tables(self.runs), self.doc)
+        return Path(path)
+
+
+def replay(
+    trace: Trace | str | Path,
+    policies: PolicyLike | Sequence[PolicyLike],
+    cluster: str = "h100x512",
+    steps: int | str | Sequence[int] | None = None,
+    seed: int = 0,
+    profile: str | Path | None = None,
+    *,
+    model: str | None = None,
+    max_num_seqs: int = 256,
+    per_iteration: bool = False,
+) -> Result:
+    """Replay `trace` (a Trace or a trace file) under each policy on `cluster`, as `simctl
+    replay` does; `steps`: all, N, "A:B" or a list of step numbers."""
+    from simctl.replay_cmd import run_document
+
+    loaded = trace if isinstance(trace, Trace) else load_trace(trace)
+    model_spec = get_model(model or loaded.meta.model)
+    spec = parse_cluster(cluster)
+    setup = ReplaySetup(
+        trace=loaded,
+        cluster=spec,
+        model=model_spec,
+        cost=load_cost_model(model_spec, spec, Path(profile) if profile else None),
+        steps=_steps(steps, loaded.steps),
+        seed=seed,
+        engine=EngineConfig(max_num_seqs=max_num_seqs, per_iteration=per_iteration),
+        cost_source=str(profile) if profile else "roofline",
+    )
+    listed: Sequence[PolicyLike] = [policies] if isinstance(policies, str | Policy | type) else policies
+    runs: dict[str, PolicyRun] = {}
+    for p in listed:
+        run = run_policy(setup, _policy(p))
+        runs[run.name] = run
+    label = Path(str(loaded.path)) if loaded.path is not None else Path("<in-memory trace>")
+    return Result(setup=setup, runs=runs, doc=run_document(setup, runs, label))

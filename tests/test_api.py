@@ -1,0 +1,118 @@
+"""The Python API (simctl/api.py): `simctl.load_trace`, `simctl.replay` -> Result with
+pandas frames, `Result.report`; the README's worked example runs as written; the same
+numbers as `simctl replay`; one-line errors; `import simctl` stays light."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import simctl
+from simctl.cli import main
+from simctl.policies.params import PolicySpecError
+from simctl.policies.placement import StaticGroupPlacement
+from simctl.traces.io import TraceError
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"
+
+
+@pytest.fixture(scope="module")
+def result() -> simctl.Result:
+    trace = simctl.load_trace(SAMPLE)
+    return simctl.replay(trace, ["verl", "ngram:gamma=4"], cluster="a100x8:tp1", steps="0:2", seed=0)
+
+
+def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Python API") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    (tmp_path / "traces").symlink_to(ROOT / "traces", target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code.group(1), "README.md", "exec"), {})
+    assert (tmp_path / "api_report" / "index.html").is_file()
+    assert (tmp_path / "api_report" / "run" / "run.json").is_file()
+    assert json.loads((tmp_path / "api_timeline.json").read_text())["traceEvents"]
+
+
+def test_frames(result: simctl.Result) -> None:
+    steps = result.steps
+    assert list(steps[["policy", "step"]].itertuples(index=False, name=None)) == [
+        ("verl", 0),
+        ("verl", 1),
+        ("ngram:gamma=4", 0),
+        ("ngram:gamma=4", 1),
+    ]
+    for col in ("rollout_makespan_s", "step_time_s", "throughput_tok_s", "tail_time_s", "gpu_idle_fraction"):
+        assert (steps[col] > 0).all(), col
+    assert steps["mean_accept_len"].isna().tolist() == [True, True, False, False]
+    trace = simctl.load_trace(SAMPLE).df
+    per_step = int(trace["step"].isin([0, 1]).sum())
+    assert len(result.requests) == 2 * per_step
+    assert set(result.timeline["worker"]) == set(range(8))
+    # the makespan of a step is its last request's finish
+    last = result.requests.groupby(["policy", "step"], sort=False)["finish_s"].max()
+    assert last.tolist() == pytest.approx(steps["rollout_makespan_s"].tolist())
+
+
+def test_same_numbers_as_the_command(result: simctl.Result, tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    args = ["replay", str(SAMPLE), "--cluster", "a100x8:tp1", "--steps", "0:2", "--seed", "0"]
+    res = CliRunner().invoke(
+        main, [*args, "--policy", "verl", "--policy", "ngram:gamma=4", "--json", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    for name, entry in doc["policies"].items():
+        mine = result.steps[result.steps["policy"] == name]
+        assert [s["rollout_makespan_s"] for s in entry["steps"]] == mine["rollout_makespan_s"].tolist()
+        assert entry["params"] == result.doc["policies"][name]["params"]
+
+
+def test_report_writes_a_run_directory_and_the_page(result: simctl.Result, tmp_path: Path) -> None:
+    index = result.report(tmp_path / "rep")
+    assert index == tmp_path / "rep" / "index.html" and index.is_file()
+    requests = pd.read_parquet(tmp_path / "rep" / "run" / "requests.parquet")
+    assert len(requests) == len(result.requests)
+    assert result.report(tmp_path / "rep") == index  # a report directory is replaced whole
+
+
+def test_policies_as_classes_objects_and_step_forms() -> None:
+    one = simctl.replay(str(SAMPLE), StaticGroupPlacement, cluster="a100x8:tp1", steps=1)
+    both = simctl.replay(SAMPLE, [StaticGroupPlacement(), "verl"], cluster="a100x8:tp1", steps=[0, 1])
+    assert one.steps["step"].tolist() == [1]
+    by = both.steps.set_index(["policy", "step"])["rollout_makespan_s"]
+    assert by["static-group"].tolist() == by["verl"].tolist()
+    assert by[("static-group", 1)] == one.steps["rollout_makespan_s"].iloc[0]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [
+        (lambda: simctl.load_trace(ROOT / "README.md"), TraceError, "README.md"),
+        (lambda: simctl.replay(SAMPLE, "nope"), PolicySpecError, "unknown policy 'nope'"),
+        (lambda: simctl.replay(SAMPLE, "verl", cluster="z9000x3"), ValueError, "z9000x3"),
+        (lambda: simctl.replay(SAMPLE, "verl", steps="40:50"), ValueError, "selects no step"),
+        (lambda: simctl.replay(SAMPLE, "verl", steps="a:b"), ValueError, "is not N or A:B"),
+    ],
+)
+def test_errors_are_one_line(call, error: type[Exception], words: str) -> None:
+    with pytest.raises(error) as info:
+        call()
+    assert words in str(info.value)
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_import_simctl_stays_light() -> None:
+    code = "import sys, simctl; assert 'simctl.api' not in sys.modules and 'pandas' not in sys.modules"
+    code += "; assert callable(simctl.replay) and 'simctl.api' in sys.modules; print(sorted(simctl.__all__))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['Result', '__version__', 'load_trace', 'replay']"
