@@ -88,6 +88,7 @@ def _register() -> None:
     from simctl.policies_cmd import policies_cmd
     from simctl.replay_cmd import replay_cmd
     from simctl.reports.cli import report_cmd
+    from simctl.reproduce_cmd import reproduce_cmd
     from simctl.sweep_cmd import sweep_cmd
 
     main.add_command(replay_cmd)
@@ -96,6 +97,7 @@ def _register() -> None:
     main.add_command(live_cmd)
     main.add_command(calibrate_cmd)
     main.add_command(sweep_cmd)
+    main.add_command(reproduce_cmd)
 
 
 _register()

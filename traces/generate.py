@@ -72,6 +72,7 @@ import pandas as pd
 import pyarrow as pa
 
 from simctl.traces.io import write_trace
+from simctl.traces.layouts import layout_for
 from simctl.traces.limits import fits_in_memory
 from simctl.traces.presets import (
     ACCEPT_BUCKET_TOKENS,
@@ -447,6 +448,7 @@ def _meta(p: Preset, steps: int, seed: int, scale: float, lay: _Layout, buckets:
         seed=int(seed),
         source="generated",
         accept_bucket_tokens=ACCEPT_BUCKET_TOKENS if buckets else None,
+        cluster=layout_for(p.name, scale),
         timing=p.timing.step_timing(scale),
         notes={
             "generator": f"traces.generate v{GENERATOR_VERSION}",

@@ -148,6 +148,9 @@ class TraceMeta:
     seed: int | None = None
     source: str = "generated"  # generated | live | converted
     accept_bucket_tokens: int | None = None
+    # Cluster spec of the paper's layout (traces/layouts.py), scaled with the trace; `simctl
+    # replay` uses it when no --cluster is given. None: unknown or not expressible.
+    cluster: str | None = None
     # Default per-step timing, and per-step overrides keyed by step number.
     timing: StepTiming = field(default_factory=StepTiming)
     step_timing: dict[int, StepTiming] = field(default_factory=dict)
