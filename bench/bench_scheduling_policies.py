@@ -55,8 +55,8 @@ from simctl.sim.cost_model import DEFAULT_PARAMS, RooflineCostModel
 from simctl.sim.hardware import get_gpu
 from simctl.sim.kv_pool import kv_bytes, transfer_seconds
 from simctl.sim.models import get_model
+from simctl.sim.pipeline import pipeline_seconds
 from simctl.sim.replay import PolicyRun, ReplaySetup, run_policy
-from simctl.sim.step_time import post_rollout_time
 from simctl.traces.generate import generate_trace
 from simctl.traces.io import Trace, read_trace
 
@@ -280,48 +280,6 @@ def seer_token_rows() -> tuple[list[Row], dict[str, PolicyRun]]:
 # --------------------------------------------------------------------------- rhymerl
 
 
-def worker_durations(run: PolicyRun, step_index: int, workers: int) -> np.ndarray:
-    """Per worker: when its last request of the step finished (all workers start at 0)."""
-    req = run.requests[step_index]
-    done = req.dropna(subset=["finish_s"])
-    out = np.zeros(workers)
-    last = done.groupby("worker")["finish_s"].max()
-    out[last.index.to_numpy(dtype=int)] = last.to_numpy()
-    return out
-
-
-def pipeline_seconds(run: PolicyRun, setup: ReplaySetup, first: int, per_worker: bool) -> float:
-    """One-step off-policy pipeline over the steps from `first`: rollout of step i needs
-    the weights trained on step i-2's data; training of step i starts when its rollout has
-    finished everywhere (plus reward) and the previous training is done. RhymeRL's workers
-    each start the next step when they finish (§4.2); veRL's rollout ends at a barrier."""
-    workers = setup.cluster.num_workers
-    end = np.zeros(workers)
-    rollout_end: list[float] = []
-    train_end: list[float] = []
-    for i, metrics in enumerate(run.steps[first:]):
-        idx = first + i
-        st = metrics.step
-        frame = setup.trace.df[setup.trace.df["step"] == st]
-        post = post_rollout_time(
-            setup.trace.meta.timing_for(st),
-            tokens=int(frame["response_len"].sum() + frame["prompt_len"].sum()),
-            active_params=float(setup.model.active_param_count()),
-            weight_bytes=float(setup.model.weight_bytes()),
-            total_gpus=setup.cluster.total_gpus,
-            gpu_flops=setup.cluster.gpu.bf16_flops,
-            sync_bw_Bps=setup.cluster.gpu.rdma_bw,
-        )
-        ready = train_end[i - 2] if i >= 2 else 0.0
-        d = worker_durations(run, idx, workers)
-        start = np.maximum(end, ready) if per_worker else np.full(workers, max(end.max(), ready))
-        end = start + d
-        rollout_end.append(float(end.max()))
-        prev = train_end[-1] if train_end else 0.0
-        train_end.append(max(rollout_end[-1] + post.reward_s, prev) + post.train_s + post.weight_sync_s)
-    return train_end[-1]
-
-
 def rhymerl_rows(scale: float, steps: int) -> tuple[list[Row], dict[str, PolicyRun]]:
     setup = rhymerl_setup(scale, steps)
     runs = replay_all(setup, RHYMERL_POLICIES, "rhymerl-math-14b-16k")
@@ -336,7 +294,8 @@ def rhymerl_rows(scale: float, steps: int) -> tuple[list[Row], dict[str, PolicyR
     thr = {}
     rollout = {}
     for name, run in runs.items():
-        thr[name] = samples / pipeline_seconds(run, setup, first, name in PER_WORKER_PIPELINE)
+        steps = [m.step for m in run.steps[first:]]
+        thr[name] = samples / pipeline_seconds(run, setup, steps, name in PER_WORKER_PIPELINE)
         rollout[name] = float(np.mean([s.rollout_makespan_s for s in run.steps[first:]]))
     rows = [Row(exp, "veRL rollout makespan (mean)", f"{rollout['verl']:.0f} s", "-", None)]
     chain = [
