@@ -38,6 +38,8 @@ from simctl.live.profile_rows import (
     DEFAULT_GAMMAS,
     Sweep,
 )
+from simctl.traces.cli_options import seed_option
+from simctl.traces.outputs import check_output_file
 
 
 def _ints(text: str | None, default: Sequence[int]) -> tuple[int, ...]:
@@ -85,7 +87,7 @@ def _ints(text: str | None, default: Sequence[int]) -> tuple[int, ...]:
     show_default=True,
     help="torch CPU threads; use the live run's (see `simctl live --threads`).",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option()
 def calibrate_cmd(
     backend, model, device, output, batches, contexts, gammas, drafters, repeats, kv_budget_gib, threads, seed
 ) -> None:
@@ -96,6 +98,7 @@ def calibrate_cmd(
     missing = missing_engine(backend)
     if missing:
         raise click.ClickException(missing)
+    check_output_file(output, what="profile", kind="json")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 

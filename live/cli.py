@@ -197,11 +197,11 @@ def check_output_paths(opts: LiveOptions) -> None:
     inputs = [p for p in (opts.workload.prompts_path, opts.workload.trace_path) if p]
     out = opts.output
     if out.json_path:
-        check_output_file(out.json_path, inputs=inputs, what="--json file")
+        check_output_file(out.json_path, inputs=inputs, what="--json file", kind="json")
     if out.record_path:
-        check_output_file(out.record_path, inputs=inputs, what="--record trace")
+        check_output_file(out.record_path, inputs=inputs, what="--record trace", kind="parquet")
     if out.chrome_trace:
-        check_output_file(out.chrome_trace, inputs=inputs, what="--chrome-trace file")
+        check_output_file(out.chrome_trace, inputs=inputs, what="--chrome-trace file", kind="json")
     if out.out:
         check_output_dir(out.out, inputs=inputs, what="--out run directory")
         keep = ["trace.parquet"] if out.record_path is None else []

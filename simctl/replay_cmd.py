@@ -95,7 +95,7 @@ def check_outputs(trace: Path, json_path: Path | None, out: Path | None, report_
     from simctl.reports.build import check_report_dir
 
     if json_path:
-        check_output_file(json_path, inputs=[trace], what="--json file")
+        check_output_file(json_path, inputs=[trace], what="--json file", kind="json")
     run_dir = out or (report_dir / "run" if report_dir else None)
     if run_dir:
         check_output_dir(run_dir, inputs=[trace], what="--out run directory")
@@ -214,7 +214,7 @@ def replay_cmd(
     """Replay TRACE under each --policy on a simulated cluster and compare."""
     check_outputs(trace, json_path, out, report_dir)
     if chrome_trace:
-        check_output_file(chrome_trace, inputs=[trace], what="--chrome-trace file")
+        check_output_file(chrome_trace, inputs=[trace], what="--chrome-trace file", kind="json")
     names = []
     for p in policies:
         try:

@@ -88,7 +88,7 @@ def reproduce_cmd(
 
     name = check_paper(paper)
     if json_path:
-        check_output_file(json_path, what="--json file")
+        check_output_file(json_path, what="--json file", kind="json")
     if report_dir:
         check_report(report_dir)
     t0 = time.perf_counter()

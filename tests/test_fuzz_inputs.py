@@ -393,3 +393,26 @@ def test_damaged_run_directories(tmp_path: Path, good_run: Path, damage: tuple[s
         return
     assert_clean_failure(result)
     assert not rep.exists() or not any(rep.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "victim_bytes"),
+    [
+        (["replay", "{trace}", "--policy", "verl", "--json", "{victim}"], b"PAR1 not json"),
+        (["reproduce", "tlt", "--quick", "--json", "{victim}"], b"PAR1 a trace"),
+        (["trace", "gen", "--preset", "dapo-32b-20k", "--scale", "0.01", "-o", "{victim}"], b"my notes"),
+        (["replay", "{trace}", "--policy", "verl", "--chrome-trace", "{victim}"], b"\x89PNG"),
+    ],
+)
+def test_outputs_never_overwrite_a_file_of_another_kind(
+    tmp_path: Path, good_trace: Path, args: list[str], victim_bytes: bytes
+) -> None:
+    """A mistyped --json/-o must not destroy a trace or a note (reproduce --json once
+    overwrote a bundled sample)."""
+    victim = tmp_path / "victim.bin"
+    victim.write_bytes(victim_bytes)
+    argv = [a.format(trace=good_trace, victim=victim) for a in args]
+    result = CliRunner().invoke(main, argv)
+    assert_clean_failure(result)
+    assert "exists and is not a" in result.output
+    assert victim.read_bytes() == victim_bytes

@@ -37,7 +37,7 @@ def gen_cmd(preset: str, steps: int, seed: int, scale: float, tokens: bool, outp
     """Write a synthetic trace calibrated to one of the papers' workloads."""
     from simctl.traces.generate import write_generated
 
-    check_output_file(output, what="trace")
+    check_output_file(output, what="trace", kind="parquet")
     try:
         path = write_generated(output, preset=preset, steps=steps, seed=seed, scale=scale, tokens=tokens)
     except ValueError as exc:

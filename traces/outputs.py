@@ -44,11 +44,27 @@ def check_writable_parent(path: Path) -> None:
         raise OutputPathError(f"{path}: cannot write in {parent} (permission denied)")
 
 
+#: How the start of an existing file shows it is of the kind about to replace it.
+_MAGIC = {"json": (b"{", b"["), "parquet": (b"PAR1",)}
+
+
+def _is_kind(path: Path, kind: str) -> bool:
+    with path.open("rb") as f:
+        head = f.read(64).lstrip()
+    return not head or head.startswith(_MAGIC[kind])
+
+
 def check_output_file(
-    path: Path, inputs: Iterable[Path] = (), suffixes: Iterable[str] | None = None, what: str = "output"
+    path: Path,
+    inputs: Iterable[Path] = (),
+    suffixes: Iterable[str] | None = None,
+    what: str = "output",
+    kind: str | None = None,
 ) -> None:
-    """A file to be written: not an input, not a directory, in a writable place, and (when
-    `suffixes` is given) with one of those endings."""
+    """A file to be written: not an input, not a directory, in a writable place, (when
+    `suffixes` is given) with one of those endings, and (when `kind` is "json" or "parquet")
+    replacing only an empty file or one of the same kind: a mistyped `--json` never
+    overwrites a trace or anything else."""
     check_name(path)
     for source in inputs:
         if _same(path, source):
@@ -61,6 +77,8 @@ def check_output_file(
             raise OutputPathError(
                 f"{path}: unknown {what} type '{path.suffix}'; use one of {', '.join(allowed)}"
             )
+    if kind is not None and path.is_file() and not _is_kind(path, kind):
+        raise OutputPathError(f"{path}: exists and is not a {kind} file; not overwriting it with the {what}")
     check_writable_parent(path)
 
 
