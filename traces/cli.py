@@ -43,6 +43,11 @@ def gen_cmd(preset: str, steps: int, seed: int, scale: float, tokens: bool, outp
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {path} (preset {preset}, {steps} steps, seed {seed}, scale {scale})")
+    from simctl.traces.layouts import layout_for
+
+    layout = layout_for(preset, scale)
+    if layout:
+        click.echo(f"layout {layout} recorded: `simctl replay` uses it unless --cluster is given")
 
 
 @trace_group.command("presets")
