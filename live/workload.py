@@ -190,7 +190,8 @@ def from_trace(
                 ids = np.where((ids >= 0) & (ids < vocab), ids, ids % vocab)
             else:
                 pid = int(df["prompt_id"].iat[i])
-                ids = np.random.default_rng([pid, plen]).integers(3, vocab, size=plen)
+                # prompt ids are identities (a framework may use signed hashes): as unsigned seed words
+                ids = np.random.default_rng([pid % 2**64, plen]).integers(3, vocab, size=plen)
             reqs.append(
                 RequestSpec(
                     prompt_id=int(df["prompt_id"].iat[i]),

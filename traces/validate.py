@@ -155,6 +155,10 @@ def check_rows(trace: Trace) -> Iterator[str]:
     if huge.any():
         yield f"column 'step': must be <= {MAX_STEP}: {_rows(huge, df['step'])}"
     yield from _check_epochs(df)
+    if "reward" in df.columns:
+        bad = ~np.isfinite(df["reward"].to_numpy(dtype=np.float64))
+        if bad.any():
+            yield f"column 'reward': must be a finite number: {_rows(bad, df['reward'])}"
     yield from _check_groups(df, trace.meta.group_size)
     yield from _check_acceptance(trace)
     yield from _check_tokens(trace)
@@ -243,6 +247,11 @@ def _check_tokens(trace: Trace) -> Iterator[str]:
             )
         if len(arr.values) and arr.values.null_count:
             yield f"column '{name}': {arr.values.null_count} null token ids"
+        elif len(arr.values):
+            ids = arr.values.to_numpy(zero_copy_only=False)
+            if (ids < 0).any():
+                i = int(np.searchsorted(arr.offsets.to_numpy(), int(np.argmax(ids < 0)), side="right") - 1)
+                yield f"column '{name}': token ids must be >= 0: row {i} has {int(ids[ids < 0][0])}"
 
 
 def check_file(path: str | Path) -> tuple[list[str], Trace | None]:

@@ -101,3 +101,14 @@ def test_step_beyond_int32_is_refused(tmp_path: Path) -> None:
 
 def test_valid_metadata_passes(tmp_path: Path) -> None:
     assert validate_file(_trace(tmp_path, **{"timing.reward_s": 12.5, "seed": 3})) == []
+
+
+def test_negative_token_ids_and_non_finite_rewards_are_refused(tmp_path: Path) -> None:
+    df = make_frame([3, 3, 3, 3], group_size=4, max_tokens=40)
+    tokens = pa.array([[1, -2, 3]] * 4, type=pa.list_(pa.int32()))
+    path = write_trace(tmp_path / "t.parquet", df, TraceMeta(group_size=4), {"response_tokens": tokens})
+    assert any("token ids must be >= 0: row 0 has -2" in p for p in validate_file(path))
+    df["reward"] = [1.0, float("nan"), 0.0, float("inf")]
+    path = write_trace(tmp_path / "r.parquet", df, TraceMeta(group_size=4))
+    (problem,) = validate_file(path)
+    assert "column 'reward': must be a finite number: row 1 = nan, row 3 = inf" in problem
