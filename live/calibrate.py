@@ -162,7 +162,7 @@ def _vllm_doc(
 
 def _write_profile(doc: dict[str, Any], output: Path) -> None:
     from simctl.sim.cost_model import ProfiledCostModel
-    from simctl.traces.io import atomic_write
+    from simctl.traces.atomic import atomic_write
 
     ProfiledCostModel.from_dict(doc, source=str(output))  # never write a profile replay cannot load
     text = json.dumps(doc, indent=1)

@@ -12,17 +12,8 @@ import numpy as np
 
 from simctl.policies.suffix_tree import DraftRule
 from simctl.sim.state import StepState
+from simctl.traces.hashing import GOLDEN, splitmix64
 from simctl.traces.io import Trace
-
-_M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    x = x ^ (x >> np.uint64(30))
-    x = x * _M1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _M2
-    return x ^ (x >> np.uint64(31))
 
 
 def ngram_keys(seq: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -30,7 +21,7 @@ def ngram_keys(seq: np.ndarray, lo: int, hi: int) -> np.ndarray:
     first), defined for p >= n (0 elsewhere); shape (hi - lo + 1, len(seq) + 1).
 
     Equal n-grams hash equally wherever they occur, so sequences share one table."""
-    t = np.asarray(seq, dtype=np.int64).astype(np.uint64) * _GOLD
+    t = np.asarray(seq, dtype=np.int64).astype(np.uint64) * GOLDEN
     m = len(t) + 1
     h = np.zeros(m, np.uint64)
     out = np.zeros((hi - lo + 1, m), np.uint64)
@@ -39,7 +30,7 @@ def ngram_keys(seq: np.ndarray, lo: int, hi: int) -> np.ndarray:
             ext = np.zeros(m, np.uint64)
             if n < m:
                 ext[n:] = t[: m - n]  # token n places before each position
-            h = _mix(h ^ ext ^ np.uint64(n))
+            h = splitmix64(h ^ ext ^ np.uint64(n))
             if n >= lo:
                 out[hi - n] = np.where(np.arange(m) >= n, h, np.uint64(0))
     return out

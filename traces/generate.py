@@ -71,6 +71,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from simctl.traces.hashing import GOLDEN, splitmix64
 from simctl.traces.io import write_trace
 from simctl.traces.layouts import layout_for
 from simctl.traces.limits import fits_in_memory
@@ -292,23 +293,12 @@ def _buckets(length: np.ndarray, accept: dict[str, np.ndarray]) -> dict[str, pa.
 
 # --- tokens -------------------------------------------------------------------------------------
 
-_M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser: a cheap, well-mixed hash of uint64 arrays (wraps on overflow)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _M1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _M2
-    return x ^ (x >> np.uint64(31))
-
 
 def _hash(key: int, *parts: np.ndarray) -> np.ndarray:
     """Deterministic id for a tuple of integer arrays, so shared phrases need no table."""
     h = np.full(np.shape(parts[0]), np.uint64(key), dtype=np.uint64)
     for part in parts:
-        h = _mix(h ^ (np.asarray(part).astype(np.uint64) * _GOLD))
+        h = splitmix64(h ^ (np.asarray(part).astype(np.uint64) * GOLDEN))
     return h
 
 
