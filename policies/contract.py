@@ -163,6 +163,22 @@ class CopyCancelled(Event):
 
 
 @dataclass(frozen=True)
+class WorkerLost(Event):
+    """`worker` died mid-step: its engine process or actor went away live, or a fault was
+    injected in the simulator (`--fail-worker W@T`). `requests` were placed on it (waiting
+    or running) and are unassigned again, keeping the tokens the executor had received
+    (a re-placement continues from there); place them on surviving workers. The worker
+    takes no work for the rest of the run: its `WorkerView.alive` is False, and an Assign,
+    Migrate or LaunchReplica aimed at it goes to the least-loaded surviving worker instead.
+    A policy that ignores this event still completes its step: whatever is still
+    unassigned after it returns goes to the least-loaded surviving worker too
+    (`policies/worker_loss.py`); run.json counts both."""
+
+    worker: WorkerId
+    requests: tuple[RequestId, ...]
+
+
+@dataclass(frozen=True)
 class StepFinished(Event):
     step: int
     rollout_makespan_s: float
@@ -280,6 +296,7 @@ class WorkerView:
     kv_used_tokens: int
     kv_capacity_tokens: int
     spec: SpecConfig
+    alive: bool = True  # False once the worker was lost (WorkerLost); it takes no work
 
 
 @dataclass(frozen=True)
