@@ -4,6 +4,7 @@ the options they all take, spelled and checked once, and `--steps` selection."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,6 +46,50 @@ def chrome_trace_option() -> Callable[[F], F]:
         "--chrome-trace",
         type=click.Path(dir_okay=False, path_type=Path),
         help="Write the worker timeline as a Chrome/Perfetto trace (JSON) to open in ui.perfetto.dev.",
+    )
+
+
+@dataclass(frozen=True)
+class WorkerFault:
+    """`--fail-worker W@T[:S]`: worker W is lost T seconds into step S (default: the run's
+    first step) and stays lost for the rest of the run."""
+
+    worker: int
+    time_s: float
+    step: int | None = None
+
+
+def parse_fail_worker(text: str) -> WorkerFault:
+    """`W@T` or `W@T:S` (worker id, seconds into the step, step number).
+
+    >>> parse_fail_worker("3@12.5")
+    WorkerFault(worker=3, time_s=12.5, step=None)
+    >>> parse_fail_worker("0@2:7")
+    WorkerFault(worker=0, time_s=2.0, step=7)
+    """
+    head, sep, when = text.partition("@")
+    at, _, step = when.partition(":")
+    try:
+        fault = WorkerFault(int(head), float(at), int(step) if step else None)
+    except ValueError:
+        fault = None
+    if not sep or fault is None or fault.worker < 0 or not (0.0 <= fault.time_s < float("inf")):
+        raise click.BadParameter(
+            f"'{text}' is not W@T or W@T:S (worker id >= 0, seconds >= 0, optional step)",
+            param_hint="--fail-worker",
+        )
+    return fault
+
+
+def fail_worker_option() -> Callable[[F], F]:
+    """`--fail-worker W@T[:S]`, repeatable: lose worker W at T seconds into step S."""
+    return click.option(
+        "--fail-worker",
+        "fail_workers",
+        multiple=True,
+        callback=lambda _ctx, _param, values: tuple(parse_fail_worker(v) for v in values),
+        help="Lose worker W T seconds into step S (default: the first step), e.g. 3@20 or "
+        "3@20:5; repeatable. The policy gets a WorkerLost event.",
     )
 
 

@@ -202,6 +202,19 @@ class OverheadEntry(TypedDict):
     fraction_of_engine: float
 
 
+class WorkerLossEntry(TypedDict):
+    """One worker lost during a run (a real engine death live, `--fail-worker` in either
+    executor): when, how many requests it held, and how many of those the executor placed
+    itself because the policy left them unassigned (policies/worker_loss.py)."""
+
+    worker: int
+    step: int
+    time_s: float
+    requests: int
+    placed_by_executor: int
+    cause: str  # "injected" (--fail-worker) or what ended the engine, in one line
+
+
 class PolicyEntry(TypedDict):
     """One policy's results. `params`: the policy's resolved parameters (`policy.params()`)."""
 
@@ -212,6 +225,7 @@ class PolicyEntry(TypedDict):
     events: int
     counters: dict[str, int]
     params: dict[str, object]
+    worker_losses: NotRequired[list[WorkerLossEntry]]  # absent: no worker was lost
     # live runs only
     approximated: NotRequired[dict[str, int]]
     overhead: NotRequired[OverheadEntry]
