@@ -16,6 +16,7 @@ from simctl.policies.contract import (
     Action,
     Assign,
     Cancel,
+    ClusterView,
     Defer,
     LaunchReplica,
     Migrate,
@@ -24,14 +25,28 @@ from simctl.policies.contract import (
     SetSpec,
 )
 from simctl.policies.draft_methods import ALL_METHODS as KNOWN_METHODS
+from simctl.policies.worker_loss import redirect
 
 
 class ActionApplier:
     """Applies one policy's actions to `cluster` (errors name the policy)."""
 
-    def __init__(self, cluster: ClusterState, policy_name: str) -> None:
+    def __init__(self, cluster: ClusterState, policy_name: str, view: ClusterView | None = None) -> None:
         self.cluster = cluster
         self.policy_name = policy_name
+        self.view = view  # for redirecting work aimed at a lost worker
+
+    def _target(self, wid: int | None, a: Action) -> LiveWorker:
+        """The worker an Assign, Migrate or LaunchReplica goes to: the one named, or the
+        least-loaded survivor when that one was lost (counted)."""
+        w = self._worker(wid, a)
+        if not w.lost or self.view is None:
+            return w
+        to = redirect(self.view, w.id)
+        if to is None:
+            raise LiveError(f"policy '{self.policy_name}': {a}: every worker is lost")
+        self.cluster.counters["worker_lost_redirected"] += 1
+        return self.cluster.workers[to]
 
     def apply(self, actions: Sequence[Action]) -> None:
         for a in actions:
@@ -67,7 +82,7 @@ class ActionApplier:
         return requests[rid]
 
     def _assign(self, a: Assign) -> None:
-        w = self._worker(a.worker, a)
+        w = self._target(a.worker, a)
         r = self._request(a.request, a)
         if r.state != "unassigned":
             raise LiveError(f"policy '{self.policy_name}': {a} for a request that is not unassigned")
@@ -107,11 +122,16 @@ class ActionApplier:
 
     def _migrate(self, a: Migrate) -> None:
         c = self.cluster
-        dst = self._worker(a.worker, a)
+        dst = self._target(a.worker, a)
         r = self._request(a.request, a)
         if r.state not in PLACED or r.worker is None:
             raise LiveError(f"policy '{self.policy_name}': {a} for a request that is not queued or running")
         src = c.workers[r.worker]
+        if r.id in src.ending:
+            # its dispatch ended in the iteration being wound up; the end is announced
+            # next (RequestFinished or ChunkFinished): nothing is left to move
+            c.counters["migrations_after_end"] += 1
+            return
         if r.state == "running":
             src.engine.abort(r.id)
             src.running.remove(r.id)
@@ -127,7 +147,7 @@ class ActionApplier:
         recomputed there). The sampling key is the request's, so every copy emits the same
         tokens: only how fast differs, which is the point of the race."""
         c = self.cluster
-        w = self._worker(a.worker, a)
+        w = self._target(a.worker, a)
         if not 0 <= a.request < c.n_requests:
             raise LiveError(f"policy '{self.policy_name}': {a} names request {a.request}")
         rows = [a.request, *c.replicas.get(a.request, [])]

@@ -14,6 +14,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from simctl.live.trace_acceptance import TraceAcceptance
 from simctl.policies.contract import Capability, Policy, SpecConfig
 
 
@@ -53,9 +54,12 @@ class EngineWorker(Protocol):
         max_tokens: int,
         spec: SpecConfig,
         group: Hashable | None,
+        acceptance: TraceAcceptance | None = None,
     ) -> list[str]:
         """Start generating; `key` fixes the request's sampling stream (the same key and
-        prompt give the same tokens on any worker). Returns approximation notes."""
+        prompt give the same tokens on any worker). `acceptance`: a replayed trace's rates,
+        which drafts are verified at instead of the engine's own verification (what the
+        engine cannot honour exactly comes back as notes). Returns approximation notes."""
         ...
 
     def set_spec(self, request: int, spec: SpecConfig) -> list[str]: ...

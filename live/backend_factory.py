@@ -44,6 +44,9 @@ class BackendSpec:
     draft_model: str | None = None
     threads: int = 1
     kv_gib: float = 2.0
+    # a replayed trace's per-token acceptance by method (Workload.trace_rates), for engines
+    # that inject one rate per engine (vLLM); the torch engine takes each request's own
+    trace_rates: tuple[tuple[str, float], ...] = ()
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -106,6 +109,7 @@ def _vllm_backend(spec: BackendSpec, models: LoadedModels | None) -> Backend:
         spec.max_num_seqs,
         threads=spec.threads,
         kv_gib=spec.kv_gib,
+        trace_rates=dict(spec.trace_rates),
     )
 
 

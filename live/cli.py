@@ -23,6 +23,7 @@ from simctl.live.live_options import EngineOptions, LiveOptions
 from simctl.policies.registry import UnknownPolicyError
 from simctl.traces.cli_options import (
     chrome_trace_option,
+    fail_worker_option,
     json_option,
     max_num_seqs_option,
     out_option,
@@ -37,9 +38,11 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
     from simctl.live.backend import Backend
+    from simctl.live.backend_factory import BackendSpec
     from simctl.live.executor import ExecutorConfig, LiveExecutor
     from simctl.live.models import LoadedModel
     from simctl.live.recorder import LiveRun
+    from simctl.live.session import RuntimeFactory
     from simctl.live.workload import Workload
     from simctl.policies.contract import ModelInfo
     from simctl.sim.cost_model import CostModel
@@ -88,7 +91,22 @@ def _progress() -> Progress:
     "--trace",
     "trace_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Replay a trace's workload: its prompt lengths, its response lengths (stop tokens off).",
+    help="Replay a trace's workload: its prompt and response lengths (stop tokens off) and "
+    "its per-method acceptance (drafts are verified at the trace's rates).",
+)
+@click.option(
+    "--trace-scale",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Multiply the trace's prompt and response lengths by F (at least 1 token each), "
+    "e.g. 0.01 to replay a 20K-token trace on a CPU.",
+)
+@click.option(
+    "--trace-requests",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replay only the first N requests of each trace step (rounded up to whole prompt groups).",
 )
 @click.option("--steps", "steps_text", help="Prompts: number of RL steps (default 1). Trace: N or A:B.")
 @click.option("--prompts-per-step", type=click.IntRange(min=1), help="Prompts per step (default: all).")
@@ -125,6 +143,13 @@ def _progress() -> Progress:
     help="Run each worker's engine in its own Ray actor (one GPU each with --device cuda, "
     "else one CPU), e.g. for workers on several GPUs or nodes; default: in-process.",
 )
+@click.option(
+    "--lockstep",
+    is_flag=True,
+    help="Step the engines one iteration at a time in virtual-clock order (deterministic: same "
+    "decisions as the simulator) instead of letting each run its own loop side by side.",
+)
+@fail_worker_option()
 @click.option(
     "--ray-address",
     help="Ray cluster to join ('auto': the one `ray start` runs here); default: a local one.",
@@ -167,8 +192,11 @@ def run_live(opts: LiveOptions) -> None:
         group_size=workload.group_size,
         temperature=e.temperature,
     )
-    backend = make_backend(e, workload, loaded, small, budget)
-    runs, error = run_with_progress(opts, backend, workload, info, config, cost_model)
+    check_faults(opts, workload)
+    spec = backend_spec(e, workload, budget)
+    backend = make_backend(spec, e, loaded, small)
+    runtime = runtime_factory(spec, e)
+    runs, error = run_with_progress(opts, backend, workload, info, config, cost_model, runtime)
     write_outputs(opts, runs, workload, loaded, config, threads=torch.get_num_threads(), error=error)
     if error:
         raise click.ClickException(error)
@@ -252,16 +280,25 @@ def load_cost_model(opts: LiveOptions) -> CostModel | None:
         raise click.ClickException(str(exc)) from None
 
 
-def make_backend(
-    e: EngineOptions, workload: Workload, loaded: LoadedModel, small: Any, kv_gib: float
-) -> Backend:
-    """The factory table's backend over the loaded models, or each worker's own in a Ray
-    actor (--ray), which loads them there."""
-    from simctl.live.backend_factory import BackendSpec, ray_backend
-    from simctl.live.errors import LiveError
-    from simctl.live.ray_workers import RayUnavailable
+def check_faults(opts: LiveOptions, workload: Workload) -> None:
+    """--fail-worker names a worker of the run and a step of the workload."""
+    steps = [s.step for s in workload.steps]
+    for f in opts.fail_workers:
+        if f.worker >= opts.workers:
+            raise click.BadParameter(
+                f"worker {f.worker} does not exist (--workers {opts.workers})", param_hint="--fail-worker"
+            )
+        if f.step is not None and f.step not in steps:
+            raise click.BadParameter(
+                f"step {f.step} is not run (steps {steps[0]}..{steps[-1]})", param_hint="--fail-worker"
+            )
 
-    spec = BackendSpec(
+
+def backend_spec(e: EngineOptions, workload: Workload, kv_gib: float) -> BackendSpec:
+    """What every engine is built from, in this process or in a worker's own."""
+    from simctl.live.backend_factory import BackendSpec
+
+    return BackendSpec(
         e.backend,
         e.model,
         e.seed,
@@ -272,9 +309,41 @@ def make_backend(
         e.draft_model,
         e.threads,
         kv_gib,
+        trace_rates=tuple(sorted(workload.trace_rates.items())),
     )
+
+
+def runtime_factory(spec: BackendSpec, e: EngineOptions) -> RuntimeFactory | None:
+    """Where the engine loops run: one process per worker on this host, or one Ray actor
+    per worker (--ray); None with --lockstep (engines stepped in this process)."""
+    if e.lockstep:
+        return None
+    if e.use_ray:
+        from simctl.live.ray_workers import RayRuntime
+
+        resources = {"num_gpus": 1.0} if e.device == "cuda" else {"num_cpus": 1.0}
+        return lambda n, policy: RayRuntime(spec, n, policy, resources=resources, address=e.ray_address)
+    from simctl.live.runtimes import ProcessRuntime
+
+    return lambda n, policy: ProcessRuntime(spec, n, policy)
+
+
+def make_backend(spec: BackendSpec, e: EngineOptions, loaded: LoadedModel, small: Any) -> Backend:
+    """The factory table's backend over the loaded models, or each worker's own in a Ray
+    actor (--ray --lockstep), which loads them there. Concurrent runs read only what it can
+    do: their engines are built in the workers' own processes from `spec`."""
+    from simctl.live.backend_factory import ray_backend
+    from simctl.live.errors import LiveError
+    from simctl.live.ray_workers import RayUnavailable
+
     try:
-        return ray_backend(spec, e.ray_address) if e.use_ray else spec.build((loaded, small))
+        if e.use_ray and e.lockstep:
+            return ray_backend(spec, e.ray_address)
+        if e.use_ray:
+            from simctl.live.ray_workers import require_ray
+
+            require_ray()
+        return spec.build((loaded, small))
     except (RayUnavailable, LiveError) as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -286,6 +355,7 @@ def run_with_progress(
     info: ModelInfo,
     config: ExecutorConfig,
     cost_model: CostModel | None,
+    runtime: RuntimeFactory | None,
 ) -> tuple[list[LiveRun], str | None]:
     """Every policy in turn, with a progress bar per policy (on a terminal)."""
     from simctl.live.session import run_policies
@@ -317,6 +387,8 @@ def run_with_progress(
                 config=config,
                 cost_model=cost_model,
                 on_progress=on_progress,
+                runtime=runtime,
+                faults=opts.fail_workers,
             )
         except KeyboardInterrupt:
             raise click.ClickException("interrupted") from None

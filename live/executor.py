@@ -45,6 +45,7 @@ from simctl.live.backend import Delta, EngineWorker, StepTiming
 from simctl.live.capabilities import TORCH_CAPABILITIES, TORCH_DRAFT_METHODS
 from simctl.live.cluster_state import ClusterState
 from simctl.live.errors import LiveError, WorkerCrashed, first_line
+from simctl.live.losses import INJECTED, Losses
 from simctl.live.records import ITERATION_COLUMNS, Overhead, StepAccounts, StepRecord
 from simctl.live.state import LiveRequest, LiveWorker
 from simctl.live.view import LiveView, RunFacts
@@ -65,6 +66,7 @@ from simctl.policies.contract import (
     Tick,
     WorkerIdle,
 )
+from simctl.traces.cli_options import WorkerFault
 
 if TYPE_CHECKING:
     from simctl.sim.cost_model import CostModel
@@ -105,6 +107,7 @@ class LiveExecutor:
         cost_model: CostModel | None = None,
         history: Mapping[int, PromptHistory] | None = None,
         on_progress: Callable[[LiveExecutor], None] | None = None,
+        faults: Sequence[WorkerFault] = (),
     ) -> None:
         if not engines:
             raise LiveError("a live run needs at least one worker")
@@ -119,7 +122,8 @@ class LiveExecutor:
         self.approximated = self.cluster.approximated
         facts = RunFacts(policy.name, info, capabilities, draft_methods, workload.oracle, cost_model)
         self.view = LiveView(self.cluster, facts, self.history)
-        self.actions = ActionApplier(self.cluster, policy.name)
+        self.actions = ActionApplier(self.cluster, policy.name, self.view)
+        self.losses = Losses(faults, workload.steps[0].step if workload.steps else 0)
         self.records: list[StepRecord] = []
         self.partial: StepRecord | None = None
         self.overhead = Overhead()
@@ -173,15 +177,8 @@ class LiveExecutor:
             if all(r.state == "unassigned" for r in c.requests[: c.n_requests]):
                 raise LiveError(f"policy '{self.policy.name}' placed no request at step start")
             self._settle()
-            while c.unfinished > 0:
-                w = self._next_worker()
-                if w is None:
-                    left = sum(r.state == "unassigned" for r in c.requests[: c.n_requests])
-                    raise LiveError(
-                        f"policy '{self.policy.name}' left {left} request(s) unassigned "
-                        "with every worker idle"
-                    )
-                self._iterate(w)
+            self._drive(lambda: c.unfinished == 0)
+            self.losses.fire_remaining(self)
             self._emit(StepFinished(time_s=c.makespan, step=work.step, rollout_makespan_s=c.makespan))
             self._drain_deferred()
         except BaseException:
@@ -193,6 +190,19 @@ class LiveExecutor:
 
     def apply(self, actions: Sequence[Action]) -> None:
         self.actions.apply(actions)
+
+    def emit_event(self, event: Event) -> None:
+        """Deliver `event` to the policy and apply its answer (live/losses.py uses it)."""
+        self._emit(event)
+
+    def inject_loss(self, worker: int, time_s: float) -> None:
+        """`--fail-worker`: lose `worker` at `time_s` of the worker clocks (lockstep)."""
+        w = self.workers[worker]
+        if w.lost:
+            return
+        self.cluster.now = max(self.cluster.now, time_s)
+        self.losses.lose(self, w, INJECTED)
+        self._settle()
 
     # ---------------------------------------------------------------------- events
     def _emit(self, event: Event) -> None:
@@ -210,41 +220,81 @@ class LiveExecutor:
         assert self._acct is not None, "no step is running"
         return self._acct
 
+    def _drive(self, done: Callable[[], bool], stall_ok: bool = False) -> None:
+        """Lockstep: one iteration at a time, always of the busy worker whose clock is
+        earliest, until `done()`; injected faults fire when that clock passes them."""
+        c = self.cluster
+        while not done():
+            w = self._next_worker()
+            self.losses.fire_due(self, w.clock if w is not None else c.now)
+            w = self._next_worker()
+            if w is None:
+                if stall_ok:
+                    return
+                left = sum(r.state == "unassigned" for r in c.requests[: c.n_requests])
+                raise LiveError(
+                    f"policy '{self.policy.name}' left {left} request(s) unassigned with every worker idle"
+                )
+            self._iterate(w)
+
     def _next_worker(self) -> LiveWorker | None:
-        busy = [w for w in self.workers if w.running]
+        busy = [w for w in self.workers if w.running and not w.lost]
         return min(busy, key=lambda w: (w.clock, w.id)) if busy else None
 
     def _iterate(self, w: LiveWorker) -> None:
-        """One engine iteration of `w` and everything it triggers."""
+        """One engine iteration of `w` (stepped here) and everything it triggers; the
+        worker's clock advances by the engine's time and the controller's after it."""
         acct, c = self._step_accounts(), self.cluster
-        batch, kv = len(w.running), c.kv_used(w)
-        specs = [c.effective(c.requests[rid], w) for rid in w.running]
-        gammas = [s.gamma if s.enabled else 0 for s in specs]
-        methods = Counter(s.method for s, g in zip(specs, gammas, strict=True) if g > 0 and s.method)
-        prefill, w.prefill_tokens = w.prefill_tokens, 0
+        shape = self._batch_shape(w)
         deltas, timing, engine_s, engine_cpu_s, t1 = self._step_engine(w)
-        acct.engine_s += engine_s
         start = w.clock
         w.clock += engine_s
         c.now = w.clock
         policy_before = acct.policy_s
-        ended, drafted, drafting, accepted = self._absorb(w, deltas)
-        w.iteration += 1
-        spec_g = [g for g in gammas if g > 0]
-        method = methods.most_common(1)[0][0] if methods else ""
-        load = (w.id, start, engine_s, engine_cpu_s, batch, batch + drafted, kv, prefill, drafted, drafting)
-        spec_cols = (len(spec_g), max(spec_g, default=0), method, accepted)
-        acct.iterations.append((*load, *spec_cols, timing.draft_s, timing.forward_s, timing.sample_s))
-        seg = [w.id, start, 0.0, 1, batch, kv, sum(spec_g) / len(spec_g) if spec_g else 0.0]
-        self._wind_up(w, ended)
+        seg = self._after_iteration(w, shape, deltas, timing, (start, engine_s, engine_cpu_s))
         spent = time.perf_counter() - t1
-        policy_s = acct.policy_s - policy_before
-        acct.bookkeeping_s += spent - policy_s
+        acct.bookkeeping_s += spent - (acct.policy_s - policy_before)
         w.clock += spent
         seg[2] = w.clock
         acct.add_segment(seg, len(self.workers))
         if self.on_progress is not None:
             self.on_progress(self)
+
+    def _batch_shape(self, w: LiveWorker) -> tuple[int, int, int, list[int], str]:
+        """(batch, KV tokens, prefill tokens, draft length per request, the most common
+        method) of the iteration `w` is about to run."""
+        c = self.cluster
+        specs = [c.effective(c.requests[rid], w) for rid in w.running]
+        gammas = [s.gamma if s.enabled else 0 for s in specs]
+        methods = Counter(s.method for s, g in zip(specs, gammas, strict=True) if g > 0 and s.method)
+        prefill, w.prefill_tokens = w.prefill_tokens, 0
+        method = methods.most_common(1)[0][0] if methods else ""
+        return len(w.running), c.kv_used(w), prefill, gammas, method
+
+    def _after_iteration(
+        self,
+        w: LiveWorker,
+        shape: tuple[int, int, int, list[int], str],
+        deltas: Sequence[Delta],
+        timing: StepTiming,
+        when: tuple[float, float, float],
+    ) -> list:
+        """Credit an iteration (started at `when[0]`, `when[1]` engine seconds, `when[2]`
+        CPU seconds), record its row, wind up what it ended. Returns its timeline segment
+        (end time left to the caller)."""
+        acct = self._step_accounts()
+        start, engine_s, engine_cpu_s = when
+        batch, kv, prefill, gammas, method = shape
+        acct.engine_s += engine_s
+        ended, drafted, drafting, accepted = self._absorb(w, deltas)
+        w.iteration += 1
+        spec_g = [g for g in gammas if g > 0]
+        load = (w.id, start, engine_s, engine_cpu_s, batch, batch + drafted, kv, prefill, drafted, drafting)
+        spec_cols = (len(spec_g), max(spec_g, default=0), method, accepted)
+        acct.iterations.append((*load, *spec_cols, timing.draft_s, timing.forward_s, timing.sample_s))
+        seg = [w.id, start, 0.0, 1, batch, kv, sum(spec_g) / len(spec_g) if spec_g else 0.0]
+        self._wind_up(w, ended)
+        return seg
 
     def _step_engine(self, w: LiveWorker) -> tuple[list[Delta], StepTiming, float, float, float]:
         """(deltas, the engine's timing, engine seconds, this thread's CPU seconds in them,
@@ -308,8 +358,9 @@ class LiveExecutor:
         while the policy's answers change anything."""
         for _ in range(10 * len(self.workers) + 10):
             for w in self.workers:
-                self._admit(w)
-            idle = [w for w in self.workers if not w.running and not w.waiting and not w.idle_reported]
+                if not w.lost:
+                    self._admit(w)
+            idle = [w for w in self.workers if not (w.running or w.waiting or w.idle_reported or w.lost)]
             if not idle or self.cluster.unfinished == 0:
                 return
             for w in idle:
@@ -389,17 +440,16 @@ class LiveExecutor:
             return
         self._quiet = True
         try:
+            alive = [w for w in self.workers if not w.lost]
             for r in deferred:
                 w = self.workers[r.worker if r.worker is not None else 0]
+                w = w if not w.lost else alive[0]
                 r.dispatch_end = r.budget
                 c.enqueue(r, w)
-            while any(r.state != "finished" for r in deferred):
-                for w in self.workers:
+            for w in self.workers:
+                if not w.lost:
                     self._admit(w)
-                busy = self._next_worker()
-                if busy is None:
-                    break
-                self._iterate(busy)
+            self._drive(lambda: all(r.state == "finished" for r in deferred), stall_ok=True)
         finally:
             self._quiet = False
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from simctl.traces.cli_options import WorkerFault
+
 
 @dataclass(frozen=True)
 class WorkloadOptions:
@@ -20,6 +22,8 @@ class WorkloadOptions:
     prompts_per_step: int | None = None
     group_size: int = 4
     max_tokens: int = 256
+    trace_scale: float = 1.0  # trace lengths x this on this machine (>= 1 token each)
+    trace_requests: int | None = None  # first N requests of each step (whole groups)
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class EngineOptions:
     kv_budget_gib: float | None = None  # None: models.DEFAULT_KV_BUDGET_GIB
     use_ray: bool = False
     ray_address: str | None = None
+    lockstep: bool = False  # step engines one at a time in virtual-clock order (deterministic)
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class LiveOptions:
     policies: tuple[str, ...]
     workers: int
     profile: Path | None
+    fail_workers: tuple[WorkerFault, ...]
     workload: WorkloadOptions
     engine: EngineOptions
     output: OutputOptions
@@ -69,6 +75,7 @@ class LiveOptions:
             policies=tuple(params["policies"]),
             workers=params["workers"],
             profile=params["profile"],
+            fail_workers=tuple(params["fail_workers"]),
             workload=WorkloadOptions(**pick(WorkloadOptions)),
             engine=EngineOptions(**pick(EngineOptions)),
             output=OutputOptions(**pick(OutputOptions)),

@@ -22,6 +22,7 @@ from typing import Any
 
 from simctl.live.backend import Delta, EngineWorker, StepTiming
 from simctl.live.capabilities import TORCH_DRAFT_METHODS
+from simctl.live.trace_acceptance import TraceAcceptance
 from simctl.policies.contract import Capability, Policy, SpecConfig
 
 
@@ -55,8 +56,9 @@ class EngineHost:
         max_tokens: int,
         spec: SpecConfig,
         group: Hashable | None,
+        acceptance: TraceAcceptance | None = None,
     ) -> tuple[list[str], int]:
-        notes = self.worker.add(request, key, prompt, max_tokens, spec, group)
+        notes = self.worker.add(request, key, prompt, max_tokens, spec, group, acceptance)
         return notes, self.worker.running
 
     def set_spec(self, request: int, spec: SpecConfig) -> list[str]:
@@ -104,9 +106,10 @@ class RayWorker:
         max_tokens: int,
         spec: SpecConfig,
         group: Hashable | None,
+        acceptance: TraceAcceptance | None = None,
     ) -> list[str]:
         notes, self._running = self._get(
-            self._handle.add.remote(request, key, list(prompt), max_tokens, spec, group)
+            self._handle.add.remote(request, key, list(prompt), max_tokens, spec, group, acceptance)
         )
         return notes
 
@@ -172,3 +175,119 @@ class RayBackend:
         for a in self._actors:
             ray.kill(a)
         self._actors = []
+
+
+# ------------------------------------------------------------ concurrent: engine loops
+
+
+class LoopHost:
+    """The actor body of a concurrent run: builds its engine, then runs the engine's own
+    loop (live/engine_loop.py) in a background thread, so that the actor's methods
+    (`command`, `alive`) stay answerable while the engine iterates. Reports go to the
+    run's shared Ray queue, in the order they happen."""
+
+    def __init__(self, factory: Callable[[], Any], policy: Policy | None, worker: int, outbox: Any) -> None:
+        import queue
+        import threading
+
+        from simctl.live.engine_loop import drain, run_loop
+
+        self._inbox: queue.Queue[list[Any]] = queue.Queue()
+        engine = factory().engines(1, policy)[0]
+        outbox.put(("ready", worker))
+        self._thread = threading.Thread(
+            target=run_loop,
+            args=(engine, worker, lambda block: drain(self._inbox, block), outbox.put),
+            daemon=True,
+        )
+        self._thread.start()
+
+    def command(self, cmds: list[Any]) -> None:
+        self._inbox.put(cmds)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+PING_EVERY_S = 0.25  # how often the controller asks each actor whether it is alive
+
+
+class RayRuntime:
+    """One Ray actor per engine (one GPU each on CUDA nodes), each looping on its own;
+    the controller hears them through one Ray queue. A dead actor is noticed through a
+    ping that fails (`dead`), at most one ping in flight per actor."""
+
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        n: int,
+        policy: Policy | None,
+        *,
+        resources: dict[str, float] | None = None,
+        address: str | None = None,
+        start_timeout_s: float = 900.0,
+    ) -> None:
+        ray = require_ray()
+        from ray.util.queue import Queue
+
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        self.n = n
+        self._ray = ray
+        self._out = Queue()
+        host = ray.remote(**(resources or {"num_cpus": 1}))(LoopHost)
+        self._actors = [host.remote(factory, policy, w, self._out) for w in range(n)]
+        self._pings: dict[int, Any] = {}
+        self._ping_s: dict[int, float] = {}
+        self._dead: dict[int, str] = {}
+        ready: set[int] = set()
+        while len(ready) < n:
+            msg = self.receive(start_timeout_s)
+            if msg is None:
+                self.close()
+                raise RayUnavailable(
+                    f"ray: {n - len(ready)} engine actor(s) not ready after {start_timeout_s:g} s"
+                )
+            ready.add(msg[1])
+
+    def send(self, worker: int, cmds: list[Any]) -> None:
+        self._actors[worker].command.remote(cmds)
+
+    def receive(self, timeout: float) -> Any:
+        from ray.util.queue import Empty
+
+        try:
+            return self._out.get(block=True, timeout=timeout)
+        except Empty:
+            return None
+
+    def kill(self, worker: int) -> None:
+        self._ray.kill(self._actors[worker])
+        self._dead[worker] = "killed"
+
+    def dead(self, worker: int) -> str | None:
+        if worker in self._dead:
+            return self._dead[worker]
+        ray, ref = self._ray, self._pings.get(worker)
+        if ref is not None:
+            done, _ = ray.wait([ref], timeout=0)
+            if not done:
+                return None
+            try:
+                if not ray.get(ref):
+                    self._dead[worker] = "engine loop ended"
+            except ray.exceptions.RayActorError as exc:
+                self._dead[worker] = f"engine actor lost ({type(exc).__name__})"
+            if worker in self._dead:
+                return self._dead[worker]
+        now = time.monotonic()
+        if now - self._ping_s.get(worker, 0.0) >= PING_EVERY_S:
+            self._ping_s[worker] = now
+            self._pings[worker] = self._actors[worker].alive.remote()
+        return None
+
+    def close(self) -> None:
+        for a in self._actors:
+            self._ray.kill(a)
+        self._actors = []
+        self._ray.kill(self._out.actor)

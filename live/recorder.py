@@ -35,6 +35,7 @@ from simctl.traces.run_format import (
     PolicyEntry,
     Provenance,
     RunDoc,
+    WorkerLossEntry,
     command_provenance,
     policy_entry,
 )
@@ -59,6 +60,9 @@ class LiveRun:
     overhead: Overhead = field(default_factory=Overhead)
     wall_s: float = 0.0
     error: str | None = None
+    worker_losses: list[WorkerLossEntry] = field(default_factory=list)
+    # concurrent runs: per report, seconds from its arrival to the controller's answer sent
+    reaction_s: list[float] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- metrics
@@ -120,6 +124,15 @@ def policy_summary(run: LiveRun, n_workers: int, workload: Workload) -> PolicyEn
         "fraction_of_engine": ov.fraction,
     }
     entry["wall_s"] = run.wall_s
+    if run.worker_losses:
+        entry["worker_losses"] = list(run.worker_losses)
+    if run.reaction_s:
+        react = np.asarray(run.reaction_s)
+        entry["reaction_s"] = {
+            "median": float(np.median(react)),
+            "p99": float(np.quantile(react, 0.99)),
+            "reports": float(react.size),
+        }
     if run.error:
         entry["error"] = run.error
     return entry

@@ -84,7 +84,11 @@ def provenance(
         "model_path": loaded.path,
         "device": e.device,
         "workers": opts.workers,
-        "clock": "per-worker measured time (wall clock with one worker)",
+        "clock": (
+            "lockstep: per-worker measured iteration time, engines stepped one at a time"
+            if e.lockstep
+            else "wall clock: engines looping side by side" + (" in Ray actors" if e.use_ray else "")
+        ),
         "cost_model": str(opts.profile) if opts.profile else "none",
         "engine": {
             "max_num_seqs": e.max_num_seqs,

@@ -103,6 +103,7 @@ class LiveWorker:
     iteration: int = 0
     since_tick: int = 0
     idle_reported: bool = False
+    lost: bool = False  # gone for the rest of the run (live/losses.py)
     prefill_tokens: int = 0  # uncached tokens admitted since the last iteration
     # requests whose dispatch ended in the iteration being wound up: out of `running`
     # already, still "running" until the executor announces each (worker_requests lists them)

@@ -13,8 +13,10 @@ from typing import Any
 from simctl.live.backend import Delta, EngineWorker, StepTiming
 from simctl.live.capabilities import TORCH_CAPABILITIES, TORCH_DRAFT_METHODS
 from simctl.live.drafters import DrafterSet
+from simctl.live.errors import LiveError
 from simctl.live.models import LoadedModel
 from simctl.live.torch_engine import TorchEngine
+from simctl.live.trace_acceptance import MethodAcceptance, MissingAcceptance, TraceAcceptance
 from simctl.policies.contract import Capability, Policy, SpecConfig
 
 
@@ -23,6 +25,11 @@ class TorchWorker:
 
     Engine request ids are the executor's sampling keys, so a request re-dispatched after a
     chunk or migrated to another worker continues the same position-seeded stream.
+
+    A request added with a replayed trace's `acceptance` is verified synthetically at the
+    trace's rates for the method it speculates with (live/torch_engine/engine.py), per
+    request and per response-position bucket: nothing is approximated. A method the trace
+    has no `accept_<method>` for stops the run (one line), as in the simulator.
     """
 
     def __init__(
@@ -43,7 +50,17 @@ class TorchWorker:
         self.stop_token_ids = stop_token_ids
         self._keys: dict[int, Hashable] = {}
         self._ids: dict[Hashable, int] = {}
+        self._acceptance: dict[int, TraceAcceptance] = {}
         self._timing = StepTiming()
+
+    def _synthetic(self, request: int, spec: SpecConfig) -> MethodAcceptance | None:
+        acc = self._acceptance.get(request)
+        if acc is None or not spec.enabled or spec.method is None or spec.gamma <= 0:
+            return None
+        try:
+            return acc.for_method(spec.method)
+        except MissingAcceptance as exc:
+            raise LiveError(str(exc)) from None
 
     def _drafter(self, spec: SpecConfig) -> tuple[Any, int, list[str]]:
         if not spec.enabled or spec.method is None:
@@ -64,8 +81,12 @@ class TorchWorker:
         max_tokens: int,
         spec: SpecConfig,
         group: Hashable | None,
+        acceptance: TraceAcceptance | None = None,
     ) -> list[str]:
         drafter, gamma, notes = self._drafter(spec)
+        if acceptance is not None:
+            self._acceptance[request] = acceptance
+        synthetic = self._synthetic(request, spec)
         self.engine.add_request(
             key,
             prompt,
@@ -77,6 +98,7 @@ class TorchWorker:
             temperature=self.temperature,
             top_p=self.top_p,
             group_id=group,
+            acceptance=synthetic,
         )
         self._keys[request] = key
         self._ids[key] = request
@@ -84,7 +106,8 @@ class TorchWorker:
 
     def set_spec(self, request: int, spec: SpecConfig) -> list[str]:
         drafter, gamma, notes = self._drafter(spec)
-        self.engine.set_speculation(self._keys[request], drafter, gamma)
+        synthetic = self._synthetic(request, spec)
+        self.engine.set_speculation(self._keys[request], drafter, gamma, synthetic)
         return notes
 
     def abort(self, request: int) -> None:
@@ -92,6 +115,7 @@ class TorchWorker:
         if key is not None:
             del self._ids[key]
             self.engine.abort(key)
+        self._acceptance.pop(request, None)
 
     def step(self) -> list[Delta]:
         out = []
@@ -100,6 +124,7 @@ class TorchWorker:
             if d.finished:
                 del self._ids[d.request_id]
                 del self._keys[rid]
+                self._acceptance.pop(rid, None)
             out.append(
                 Delta(
                     rid, d.new_token_ids, d.finished, d.finish_reason == "stop", d.num_drafted, d.num_accepted

@@ -79,6 +79,7 @@ class LiveView:
             kv_used_tokens=self._c.kv_used(w),
             kv_capacity_tokens=w.kv_capacity,
             spec=w.spec,
+            alive=not w.lost,
         )
 
     def request(self, request: int) -> RequestView:

@@ -29,6 +29,12 @@ same iteration). A re-dispatched request's prompt is prompt + generated tokens, 
 positions, hence its samples, continue where they stopped. Rows vLLM discards (partial
 prefills) are left alone.
 
+A replayed trace's acceptance (live/trace_acceptance.py): a request whose extra_args carry
+`ACCEPT_KEY` (its method's rates, as `VllmWorker.add` puts them) is verified synthetically
+instead: draft slot j is accepted iff the keyed acceptance draw at its position falls under
+the trace's rate there (the torch engine's draws: same stream key, same positions), and the
+keyed sample is emitted at the first rejected slot, or as the bonus token.
+
 What keyed sampling honours: temperature. Requests with top-k, top-p, penalties, logit bias,
 min-p, bad words, allowed tokens or logprobs, and greedy ones, are left to vLLM
 (`plain_params`); the backend sets none of them. Equality across runs is up to float noise
@@ -41,7 +47,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import numpy as np
+
 STREAM_KEY = "simctl_stream_key"
+ACCEPT_KEY = "simctl_trace_acceptance"  # (method, prompt_len, mean, buckets, bucket_tokens)
 PLACEHOLDER = -1  # vllm.v1.sample.rejection_sampler.PLACEHOLDER_TOKEN_ID
 PATCHED = "_simctl_keyed_sampling"  # set on the runner class once installed
 
@@ -119,10 +128,27 @@ def sample_rows(logits: Any, keys: list[int], positions: list[int], temperatures
     return idx.clamp(max=logits.shape[-1] - 1).tolist()
 
 
-def keyed_tokens(logits: Any, marked: list[tuple[int, int, float]], slots: list[Slot]) -> list[list[int]]:
+def _synthetic(runner: Any, marked: list[tuple[int, int, float]]) -> list[Any]:
+    """Per marked row: its trace acceptance (MethodAcceptance) or None."""
+    from simctl.live.trace_acceptance import MethodAcceptance
+
+    out: list[Any] = []
+    for i, _, _ in marked:
+        sp: Any = getattr(runner.requests.get(runner.input_batch.req_ids[i]), "sampling_params", None)
+        raw = (getattr(sp, "extra_args", None) or {}).get(ACCEPT_KEY)
+        out.append(None if raw is None else MethodAcceptance(raw[0], raw[1], raw[2], tuple(raw[3]), raw[4]))
+    return out
+
+
+def keyed_tokens(
+    logits: Any, marked: list[tuple[int, int, float]], slots: list[Slot], synthetic: list[Any] | None = None
+) -> list[list[int]]:
     """The tokens each marked request emits this iteration: keyed samples slot by slot,
     stopping after the first one that differs from its draft (slot j is sampled only for
-    requests whose drafts 0..j-1 were all accepted, so rejected tails cost nothing)."""
+    requests whose drafts 0..j-1 were all accepted, so rejected tails cost nothing); a row
+    with trace acceptance (`synthetic`) keeps its draft while the acceptance draws pass."""
+    from simctl.live.trace_acceptance import acceptance_uniforms
+
     emitted: list[list[int]] = [[] for _ in marked]
     active = list(range(len(marked)))
     j = 0
@@ -135,9 +161,17 @@ def keyed_tokens(logits: Any, marked: list[tuple[int, int, float]], slots: list[
         )
         still = []
         for m, tok in zip(active, toks, strict=True):
-            emitted[m].append(int(tok))
             drafts = slots[m][2]
-            if j < len(drafts) and drafts[j] == tok:
+            acc = synthetic[m] if synthetic else None
+            if acc is not None and j < len(drafts):
+                pos = slots[m][1][j]
+                at = np.array([pos])
+                keep = bool(acceptance_uniforms(marked[m][1], at) < acc.rates(at - acc.prompt_len))
+                emitted[m].append(drafts[j] if keep else int(tok))
+            else:
+                keep = j < len(drafts) and drafts[j] == tok
+                emitted[m].append(int(tok))
+            if keep:
                 still.append(m)
         active, j = still, j + 1
     return emitted
@@ -151,7 +185,8 @@ def install(runner_cls: Any) -> None:
 
     def keyed_sample(self: Any, logits: Any, spec_decode_metadata: Any) -> Any:
         marked = _marked(self, self.input_batch.num_reqs) if logits is not None else []
-        emitted = keyed_tokens(logits, marked, _slots(self, spec_decode_metadata, marked)) if marked else []
+        slots = _slots(self, spec_decode_metadata, marked) if marked else []
+        emitted = keyed_tokens(logits, marked, slots, _synthetic(self, marked)) if marked else []
         out = original(self, logits, spec_decode_metadata)  # may scale `logits` in place
         ids = out.sampled_token_ids
         for (i, _, _), toks in zip(marked, emitted, strict=True):

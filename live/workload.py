@@ -4,7 +4,15 @@ prompt file, the bundled math prompts, or a recorded/generated trace.
 From a trace the run reproduces the trace's lengths: each request gets the trace's
 prompt length (its token ids when the trace has them, else synthetic ids) and an engine
 budget of exactly its `response_len` with stop tokens disabled, while policies still see
-the trace's `max_tokens` (what they would have seen in production).
+the trace's `max_tokens` (what they would have seen in production). It reproduces the
+trace's speculation too: each request carries its row's `accept_<method>` rates
+(live/trace_acceptance.py), which the engines verify drafts with instead of their own.
+
+A trace from a production cluster is far too big for a CPU box (thousands of tokens per
+response, hundreds of requests per step): `trace_scale` multiplies every length (prompt,
+response, max_tokens and the acceptance buckets' width, at least 1 token each) and
+`trace_requests` keeps the first N requests of each step, rounded up to whole prompt
+groups (policies schedule groups). Both are recorded in the workload's provenance.
 """
 
 from __future__ import annotations
@@ -16,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from simctl.live.live_options import WorkloadOptions
-from simctl.traces.io import TraceError
-from simctl.traces.schema import StepTiming
+from simctl.live.trace_acceptance import MethodAcceptance, TraceAcceptance, token_weighted_rates
+from simctl.traces.io import Trace, TraceError
+from simctl.traces.schema import StepTiming, acceptance_methods, bucket_column
 from simctl.traces.validate import load_valid_trace
 
 BUNDLED_PROMPTS = "math_prompts.jsonl"
@@ -37,6 +47,8 @@ class RequestSpec:
     max_tokens: int  # what the policy sees (RequestView.max_tokens)
     budget: int  # what the engine may generate: max_tokens, or the trace's response_len
     finish_reason: str | None = None  # forced by a trace replay (lengths reproduced)
+    # a trace replay's per-method acceptance, which the engines verify drafts with
+    acceptance: TraceAcceptance | None = None
 
 
 @dataclass
@@ -54,6 +66,9 @@ class Workload:
     source: dict[str, Any] = field(default_factory=dict)
     timing: StepTiming = field(default_factory=StepTiming)
     oracle: bool = False  # lengths are known in advance (trace replay)
+    # a trace replay's per-token acceptance by method, token-weighted over its requests: the
+    # one rate per method an engine that verifies for a whole batch (vLLM) can inject
+    trace_rates: dict[str, float] = field(default_factory=dict)
 
     @property
     def num_requests(self) -> int:
@@ -157,52 +172,133 @@ def check_context(where: str, needs: np.ndarray, max_context: int | None, keys: 
         )
 
 
-def from_trace(
-    path: Path, vocab: int, steps: list[int] | None = None, max_context: int | None = None
-) -> Workload:
+def scaled(n: int, scale: float) -> int:
+    """A trace length on this machine: `n * scale`, rounded, at least 1 token.
+
+    >>> scaled(2046, 0.01), scaled(3, 0.01), scaled(7, 1.0)
+    (20, 1, 7)
+    """
+    return max(1, round(n * scale))
+
+
+def first_requests(df: pd.DataFrame, rows: np.ndarray, limit: int | None) -> np.ndarray:
+    """`rows` (one step's, in trace order) cut to the first `limit` requests, rounded up to
+    whole prompt groups in order of first appearance (None: all of them)."""
+    if limit is None or len(rows) <= limit:
+        return rows
+    pids = df["prompt_id"].to_numpy()[rows]
+    keep: set[int] = set()
+    count = 0
+    for pid in pd.unique(pids):
+        if count >= limit:
+            break
+        keep.add(int(pid))
+        count += int((pids == pid).sum())
+    return rows[np.isin(pids, list(keep))]
+
+
+def acceptance_rows(trace: Trace, rows: np.ndarray, scale: float) -> list[TraceAcceptance]:
+    """Each row's acceptance for every method the trace records (buckets where it has them;
+    their width scaled with the lengths). A NaN leaves the method out for that row."""
+    df = trace.df
+    methods = acceptance_methods(list(df.columns))
+    width = trace.meta.accept_bucket_tokens
+    buckets = {}
+    for m in methods:
+        col = bucket_column(m)
+        if col in trace.lists and width:
+            buckets[m] = trace.token_arrays(col)
+    means = {m: df[f"accept_{m}"].to_numpy(np.float64) for m in methods}
+    plens = df["prompt_len"].to_numpy(np.int64)
+    out = []
+    for i in rows:
+        plen = scaled(int(plens[i]), scale)
+        per = []
+        for m in methods:
+            a = float(means[m][i])
+            if not np.isfinite(a):
+                continue
+            if m in buckets:
+                vals, off = buckets[m]
+                b = tuple(float(x) for x in vals[off[i] : off[i + 1]])
+                per.append(MethodAcceptance(m, plen, a, b, float(width or 0) * scale if b else None))
+            else:
+                per.append(MethodAcceptance(m, plen, a))
+        out.append(TraceAcceptance(tuple(per)))
+    return out
+
+
+def _prompt_ids(trace: Trace, i: int, plen: int, vocab: int) -> tuple[int, ...]:
+    """Row i's prompt of `plen` tokens: the trace's ids (a prefix when scaled down), else
+    synthetic ids that are the same for the whole prompt group."""
+    if "prompt_tokens" in trace.lists:
+        vals, off = trace.token_arrays("prompt_tokens")
+        ids = vals[off[i] : off[i + 1]][:plen]
+        if len(ids) < plen:  # scaled up: repeat the prompt
+            ids = np.resize(ids, plen)
+        ids = np.where((ids >= 0) & (ids < vocab), ids, ids % vocab)
+    else:
+        pid = int(trace.df["prompt_id"].iat[i])
+        # prompt ids are identities (a framework may use signed hashes): as unsigned seed words
+        ids = np.random.default_rng([pid % 2**64, plen]).integers(3, vocab, size=plen)
+    return tuple(int(t) for t in ids)
+
+
+def _load(path: Path, steps: list[int] | None) -> tuple[Trace, list[int]]:
     try:
         trace = load_valid_trace(path)
     except TraceError as exc:
         raise WorkloadError(str(exc).splitlines()[0]) from None
-    df = trace.df
     if steps:
         missing = sorted(set(steps) - set(trace.steps))
         if missing:
             raise WorkloadError(f"trace {path}: has no step {missing[0]} (steps {trace.steps})")
-    chosen = steps or trace.steps
-    sel = df[df["step"].isin(chosen)]
-    needs = sel["prompt_len"].to_numpy(np.int64) + sel["response_len"].to_numpy(np.int64)
+    return trace, steps or trace.steps
+
+
+def from_trace(
+    path: Path,
+    vocab: int,
+    steps: list[int] | None = None,
+    max_context: int | None = None,
+    *,
+    scale: float = 1.0,
+    requests: int | None = None,
+) -> Workload:
+    """The trace's steps as live work: its lengths (times `scale`), its acceptance, the
+    first `requests` requests of each step (whole groups)."""
+    if not scale > 0:
+        raise WorkloadError(f"trace {path}: --trace-scale must be > 0, got {scale}")
+    trace, chosen = _load(path, steps)
+    df = trace.df
+    step_col = df["step"].to_numpy()
+    picked = {s: first_requests(df, np.flatnonzero(step_col == s), requests) for s in chosen}
+    sel = np.concatenate([picked[s] for s in chosen]) if chosen else np.array([], np.int64)
+    plen = np.array([scaled(int(x), scale) for x in df["prompt_len"].to_numpy()[sel]], np.int64)
+    rlen = np.array([scaled(int(x), scale) for x in df["response_len"].to_numpy()[sel]], np.int64)
     keys = [
-        f"step {a}, prompt {b}, sample {c}" for a, b, c in sel[["step", "prompt_id", "sample"]].to_numpy()
+        f"step {a}, prompt {b}, sample {c}" for a, b, c in df[["step", "prompt_id", "sample"]].to_numpy()[sel]
     ]
-    check_context(f"trace {path}", needs, max_context, keys)
-    prompt_vals, prompt_off = (
-        trace.token_arrays("prompt_tokens") if "prompt_tokens" in trace.lists else (None, None)
-    )
+    check_context(f"trace {path}", plen + rlen, max_context, keys)
+    accs = dict(zip(sel.tolist(), acceptance_rows(trace, sel, scale), strict=True))
+    lens = dict(zip(sel.tolist(), zip(plen.tolist(), rlen.tolist(), strict=True), strict=True))
     work = []
     for s in chosen:
-        rows = np.flatnonzero(df["step"].to_numpy() == s)
         reqs = []
-        for i in rows:
-            plen = int(df["prompt_len"].iat[i])
-            if prompt_vals is not None and prompt_off is not None:
-                ids = prompt_vals[prompt_off[i] : prompt_off[i + 1]]
-                ids = np.where((ids >= 0) & (ids < vocab), ids, ids % vocab)
-            else:
-                pid = int(df["prompt_id"].iat[i])
-                # prompt ids are identities (a framework may use signed hashes): as unsigned seed words
-                ids = np.random.default_rng([pid % 2**64, plen]).integers(3, vocab, size=plen)
+        for i in picked[s].tolist():
+            p, r = lens[i]
             reqs.append(
                 RequestSpec(
                     prompt_id=int(df["prompt_id"].iat[i]),
                     sample=int(df["sample"].iat[i]),
-                    prompt=tuple(int(t) for t in ids),
-                    max_tokens=int(df["max_tokens"].iat[i]),
-                    budget=int(df["response_len"].iat[i]),
+                    prompt=_prompt_ids(trace, i, p, vocab),
+                    max_tokens=max(r, scaled(int(df["max_tokens"].iat[i]), scale)),
+                    budget=r,
                     finish_reason=str(df["finish_reason"].iat[i]),
+                    acceptance=accs[i],
                 )
             )
-        epoch = int(df["epoch"].iat[rows[0]]) if "epoch" in df.columns else 0
+        epoch = int(df["epoch"].iat[picked[s][0]]) if "epoch" in df.columns else 0
         work.append(StepWork(step=int(s), epoch=epoch, requests=reqs))
     meta = trace.meta
     return Workload(
@@ -215,9 +311,14 @@ def from_trace(
             "preset": meta.preset,
             "seed": meta.seed,
             "model": meta.model,
+            "trace_scale": scale,
+            "trace_requests": requests,
         },
         timing=meta.timing,
         oracle=True,
+        trace_rates=token_weighted_rates(
+            (r.acceptance, r.budget) for w in work for r in w.requests if r.acceptance is not None
+        ),
     )
 
 
@@ -226,6 +327,8 @@ def build_workload(
 ) -> Workload:
     """`simctl live`'s workload: the trace's (its steps `steps_text`, N or A:B) or the
     prompts' (`steps_text` steps). Raises WorkloadError or ValueError, one line each."""
+    if not opts.trace_path and (opts.trace_scale != 1.0 or opts.trace_requests is not None):
+        raise WorkloadError("--trace-scale and --trace-requests shape a --trace replay: give --trace")
     if opts.trace_path:
         steps = None
         if opts.trace_path.exists():
@@ -234,7 +337,14 @@ def build_workload(
 
             available = read_trace(opts.trace_path, columns=["step"]).steps
             steps = parse_steps(opts.steps_text, available) if opts.steps_text else None
-        return from_trace(opts.trace_path, vocab, steps, max_context)
+        return from_trace(
+            opts.trace_path,
+            vocab,
+            steps,
+            max_context,
+            scale=opts.trace_scale,
+            requests=opts.trace_requests,
+        )
     work = from_prompts(
         read_prompts(opts.prompts_path),
         tokenizer,

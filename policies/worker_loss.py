@@ -20,7 +20,8 @@ def least_loaded(view: ClusterView, extra: dict[WorkerId, int] | None = None) ->
     """The surviving rollout-capable worker with the fewest requests (running + waiting,
     plus `extra` placed so far), lowest id on ties; None when every worker is lost."""
     best: tuple[int, WorkerId] | None = None
-    for w in view.workers():
+    for i in range(view.num_workers):
+        w = view.worker(i)
         if not w.alive:
             continue
         load = w.running + w.waiting + (extra or {}).get(w.id, 0)

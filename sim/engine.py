@@ -57,8 +57,11 @@ from simctl.sim.state import (
     WAITING,
     StepState,
 )
+from simctl.sim.token_methods import ANNOTATE_HINT
 from simctl.sim.view import SimView
 from simctl.sim.worker import Worker
+from simctl.sim.worker_faults import StepFaults
+from simctl.traces.cli_options import WorkerFault
 
 __all__ = ["DRAFTERS", "SIM_CAPABILITIES", "EngineConfig", "SimError", "StepSimulation"]
 
@@ -81,7 +84,11 @@ class StepSimulation:
         seed: int,
         view_extras: dict | None = None,
         acceptance: AcceptanceSource | None = None,
+        lost: Sequence[int] = (),
+        faults: Sequence[WorkerFault] = (),
     ) -> None:
+        """`lost`: workers lost in earlier steps; `faults`: losses injected in this one, in
+        time order (sim.worker_faults)."""
         self.state = state
         self.policy = policy
         self.cost = cost
@@ -112,6 +119,7 @@ class StepSimulation:
         ]
         self.placement = Placement(len(self.workers), state.n_requests)
         self.view = SimView(self, **(view_extras or {}))
+        self.faults = StepFaults(self, lost, faults)
         # measured profiles price verification by the draft length too (sim.cost_model)
         self.cost_takes_gamma = "gamma" in inspect.signature(cost.iteration_time).parameters
 
@@ -125,7 +133,8 @@ class StepSimulation:
             return self.state.method_index(method)
         except KeyError:
             raise SimError(
-                f"trace has no acceptance column 'accept_{method}' needed by policy '{self.policy.name}'"
+                f"trace has no acceptance column 'accept_{method}' needed by policy "
+                f"'{self.policy.name}' ({ANNOTATE_HINT})"
             ) from None
 
     def drafter_for(self, method: str) -> str:
@@ -171,8 +180,9 @@ class StepSimulation:
             st.finish_s[rid] = now
             raced = req != rid or bool(self.replicas.get(req))
             losers = self._cancel_siblings(req, keep=rid) if raced else []
-            if req != rid:  # a replica won: the request completes with it
+            if req != rid:  # a replica won: the request completes with it, and its tokens
                 st.state[req] = FINISHED
+                st.generated[req] = st.generated[rid]
                 st.finish_s[req] = now
                 st.worker[req] = worker
                 self.counters["replica_wins"] += 1
@@ -223,7 +233,10 @@ class StepSimulation:
 
     # --------------------------------------------------------------------- actions
     def apply_actions(self, actions: Sequence[Action]) -> None:
-        for a in actions:
+        for action in actions:
+            a = self.faults.aimed(action) if self.faults.lost else action
+            if a is None:
+                continue
             if isinstance(a, Assign):
                 self._assign(a)
             elif isinstance(a, SetSpec):
@@ -384,9 +397,12 @@ class StepSimulation:
         the counters at the end."""
         st = self.state
         if st.n_requests == 0:
+            self.faults.start()
+            self.faults.finish(0.0)
             return 0.0
         for w in self.workers:
             self.roles.append((w.id, 0.0, Role.ROLLOUT.value))
+        self.faults.start()
         self.emit(StepStarted(time_s=0.0, step=st.step, epoch=st.epoch, requests=tuple(range(st.n_requests))))
         unplaced = int((st.state == UNASSIGNED).sum())
         if unplaced == st.n_requests:
@@ -397,6 +413,7 @@ class StepSimulation:
             if self.done_event.triggered or "No scheduled events left" not in str(exc):
                 raise
             raise SimError(stall_report(self.policy.name, self.state, self.env.now)) from None
+        self.faults.finish(self.makespan)
         self.emit(StepFinished(time_s=self.makespan, step=st.step, rollout_makespan_s=self.makespan))
         self.acceptance.finish(self.counters)
         return self.makespan

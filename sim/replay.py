@@ -15,7 +15,6 @@ import pandas as pd
 
 from simctl.policies.compose import drafting_gap
 from simctl.policies.contract import ModelInfo, Policy, PromptHistory, Role
-from simctl.policies.draft_methods import ALL_METHODS
 from simctl.sim.cluster import ClusterSpec
 from simctl.sim.cost_model import CostModel
 from simctl.sim.drafter_training import (
@@ -29,7 +28,10 @@ from simctl.sim.models import ModelSpec
 from simctl.sim.role_time import LENT_ROLES, role_seconds
 from simctl.sim.state import DEFERRED, StepState
 from simctl.sim.step_time import post_rollout_time, step_time
+from simctl.sim.token_methods import ANNOTATE_HINT, offered_methods, with_token_methods
 from simctl.sim.token_replay import StepReplay, TraceTokens
+from simctl.sim.worker_faults import faults_of_step
+from simctl.traces.cli_options import WorkerFault
 from simctl.traces.io import Trace
 from simctl.traces.plugins import make_policy
 from simctl.traces.run_format import (
@@ -37,9 +39,9 @@ from simctl.traces.run_format import (
     RUN_TABLES,
     SEGMENT_COLUMNS,
     PolicyEntry,
+    WorkerLossEntry,
     policy_entry,
 )
-from simctl.traces.schema import ACCEPT_PREFIX
 
 
 @dataclass
@@ -54,6 +56,8 @@ class ReplaySetup:
     cost_source: str = "roofline"
     # Ground truth of the EAGLE drafter's quality as spot training keeps it aligned (TLT).
     drafter_params: DrafterTrainingParams = field(default_factory=lambda: DEFAULT_DRAFTER_PARAMS)
+    # Injected worker losses (`--fail-worker`, sim/worker_faults.py); checked by the caller.
+    faults: tuple[WorkerFault, ...] = ()
 
     def layout(self) -> list[tuple[int, int]]:
         per_node = self.cluster.workers_per_node
@@ -86,16 +90,20 @@ class PolicyRun:
     sim_cpu_s: float = 0.0
     events: int = 0
     counters: dict[str, int] = field(default_factory=dict)
+    worker_losses: list[WorkerLossEntry] = field(default_factory=list)
 
     def summary(self) -> PolicyEntry:
         """This policy's entry in run.json (traces/run_format.py)."""
-        return policy_entry(
+        entry = policy_entry(
             self.steps,
             sim_wall_s=self.sim_wall_s,
             events=self.events,
             counters=self.counters,
             params=self.params,
         )
+        if self.worker_losses:
+            entry["worker_losses"] = list(self.worker_losses)
+        return entry
 
     def tables(self) -> dict[str, list[pd.DataFrame]]:
         """Its frames of the run directory's tables (one per step)."""
@@ -109,14 +117,14 @@ def run_tables(runs: Mapping[str, PolicyRun]) -> dict[str, list[pd.DataFrame]]:
 
 def _step_frames(setup: ReplaySetup) -> dict[int, pd.DataFrame]:
     df = setup.trace.df
-    wanted = df[df["step"].isin(setup.steps)]
+    wanted = with_token_methods(df[df["step"].isin(setup.steps)], setup.trace)
     return {int(s): g for s, g in wanted.groupby("step", sort=True)}
 
 
 def trace_draft_methods(trace: Trace) -> frozenset[str]:
-    """Drafting methods the trace has acceptance for (its accept_<method> columns)."""
-    names = (c[len(ACCEPT_PREFIX) :] for c in trace.df.columns if c.startswith(ACCEPT_PREFIX))
-    return frozenset(n for n in names if n in ALL_METHODS)
+    """Drafting methods the trace offers: its accept_<method> columns, and the model-free
+    methods wherever it has response token ids (replayed exactly: sim.token_methods)."""
+    return offered_methods(trace)
 
 
 def run_policy(
@@ -128,13 +136,14 @@ def run_policy(
     policy = make_policy(policy_spec) if isinstance(policy_spec, str) else policy_spec
     gap = drafting_gap(policy, trace_draft_methods(setup.trace))
     if gap:
-        raise SimError(f"{gap} (a trace needs an accept_<method> column per method)")
+        raise SimError(f"{gap} ({ANNOTATE_HINT})")
     run = PolicyRun(name=policy.name, params=policy.params())
     history: dict[int, PromptHistory] = {}
     spot_gpu_s: list[float] = []  # per finished step: GPU-seconds spent training the drafter
     info = setup.info()
     tokens = TraceTokens(setup.trace) if setup.trace.has_tokens() else None
     carry = pd.DataFrame()  # requests deferred by the previous step, with their tokens so far
+    lost: set[int] = set()  # workers lost so far (they stay lost for the rest of the run)
     for step, frame in _step_frames(setup).items():
         t0, c0 = time.perf_counter(), time.process_time()
         frame, state = _with_carried(frame, carry, step)
@@ -153,8 +162,12 @@ def run_policy(
                 tokens,
                 getattr(policy, "draft_rules", None),
             ),
+            lost=sorted(lost),
+            faults=faults_of_step(setup.faults, step, setup.steps[0]),
         )
         makespan = sim.run()
+        lost |= sim.faults.lost
+        run.worker_losses += sim.faults.losses
         spot_gpu_s.append(float((_role_seconds(sim, makespan, {Role.SPOT_TRAINER}) * _gpus(sim)).sum()))
         run.sim_wall_s += time.perf_counter() - t0
         run.sim_cpu_s += time.process_time() - c0

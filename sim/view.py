@@ -80,7 +80,9 @@ class SimView:
 
     @property
     def draft_methods(self) -> frozenset[str]:
-        """The trace's acceptance columns that name a DraftMethod (DRAFTERS is keyed by it)."""
+        """Methods the step can draft with: the trace's acceptance columns that name a
+        DraftMethod (DRAFTERS is keyed by it), which include the model-free methods its
+        token ids replay (sim.replay adds their columns: sim.token_methods)."""
         return frozenset(m for m in self._sim.state.methods if m in DRAFTERS)
 
     def worker(self, worker: int) -> WorkerView:
@@ -95,6 +97,7 @@ class SimView:
             kv_used_tokens=w.kv_used(),
             kv_capacity_tokens=w.kv_capacity,
             spec=w.spec,
+            alive=not w.lost,
         )
 
     def request(self, request: int) -> RequestView:

@@ -18,7 +18,7 @@ recompute of the most recently admitted request when the KV cache overflows.
 
 The worker sees its simulation only as a WorkerHost (sim.worker_host), and the simulation
 changes a worker only through its methods (enqueue, set_spec, set_role, drop_running,
-forget_waiting, poke).
+forget_waiting, poke, lose).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from simctl.policies.contract import Role, SpecConfig, Tick, WorkerIdle
 from simctl.sim.acceptance_source import AcceptanceSource
 from simctl.sim.plan import Plan
 from simctl.sim.spec_planner import SpecPlanner
-from simctl.sim.state import RUNNING, WAITING
+from simctl.sim.state import CANCELLED, FINISHED, RUNNING, WAITING
 from simctl.sim.worker_host import WorkerHost
 
 # A fast-forward block never plans more iterations than this (bounds memory of the
@@ -93,6 +93,10 @@ class Worker:
         # are no longer all this worker's, so the next apply filters them by ownership. Set
         # only by drop_running; the state arrays say which rows left.
         self._rows_left = False
+        # The block being slept through: (plan, start time, iterations applied, next stop);
+        # `lose` keeps the iterations of it that completed before the fault.
+        self._block: tuple[Plan, float, int, int] | None = None
+        self.lost = False  # an injected fault stopped this worker (sim.worker_faults)
         self.proc = host.env.process(self.run())
 
     # ------------------------------------------------------------- host-facing methods
@@ -127,6 +131,33 @@ class Worker:
         """A waiting request left (migrated, deferred, cancelled): its heap entry goes stale
         and is dropped at the next admission."""
         self.waiting_count -= 1
+
+    def lose(self) -> list[int]:
+        """A fault stops this worker now, for good: the iterations of the block in flight
+        that completed before now are applied (their tokens were streamed out), the one in
+        flight is lost, and the rows it held (running, then waiting) are returned, its
+        queues and KV emptied. The host re-places them; the process ends at its next wake."""
+        st = self.host.state
+        if self._block is not None:
+            plan, start, pos, stop = self._block
+            now = self.host.env.now
+            kept = min(int(np.searchsorted(plan.cum_s, now - start, side="left")), stop - 1)
+            if kept > pos:  # no row ends and no tick fires before `stop` (sim.plan)
+                self.apply(plan, kept, pos, end_s=start + float(plan.cum_s[kept - 1]))
+            self._block = None
+        rows = [int(r) for r in self.running if st.worker[r] == self.id and st.state[r] == RUNNING]
+        rows += sorted({r for _, _, r in self._waiting if st.worker[r] == self.id and st.state[r] == WAITING})
+        self.lost = True
+        self.running = np.empty(0, np.int64)
+        self._waiting = []
+        self.waiting_count = 0
+        phase, self._phase = self._phase, _BUSY
+        if phase == _IDLE:
+            assert self._wake is not None
+            self._wake.succeed()
+        elif phase == _ADVANCING:
+            self.proc.interrupt()
+        return rows
 
     def kv_used(self) -> int:
         return int(self.host.state.context(self.running).sum()) if len(self.running) else 0
@@ -252,9 +283,10 @@ class Worker:
         return Plan(ids, np.cumsum(t), remaining, None, None, None, int(ctx[0]), 0.0, stops=stops)
 
     # --------------------------------------------------------------------- applying
-    def apply(self, plan: Plan, done: int, pos: int = 0) -> bool:
+    def apply(self, plan: Plan, done: int, pos: int = 0, end_s: float | None = None) -> bool:
         """Apply iterations pos..done of the plan (plain plans are applied stop by stop);
-        True when a policy tick was reported."""
+        True when a policy tick was reported. `end_s`: when iteration `done` ended, if not
+        now (a lost worker's last completed iteration)."""
         st, host = self.host.state, self.host
         ids = plan.ids
         self.prefill_tokens = 0
@@ -264,9 +296,12 @@ class Worker:
         else:
             progress, prev = self._apply_speculative(plan, done, pos)
         gained = progress - prev
+        if self._rows_left:  # a row finished or cancelled elsewhere meanwhile keeps its count
+            gone = (st.state[ids] == FINISHED) | (st.state[ids] == CANCELLED)
+            gained = np.where(gone, 0, gained)
         st.generated[ids] += gained
         left = plan.remaining - progress
-        now = host.env.now
+        now = host.env.now if end_s is None else end_s
         t0 = now - float(plan.cum_s[done - 1] - (plan.cum_s[pos - 1] if pos else 0.0))
         host.record_segment(self.id, t0, now, done - pos, plan, int((prev < plan.remaining).sum()))
         self.iteration += done - pos
@@ -323,7 +358,7 @@ class Worker:
     # ------------------------------------------------------------------------- loop
     def run(self) -> Generator[simpy.Event, object, None]:
         host = self.host
-        while not host.done:
+        while not host.done and not self.lost:
             self._admit()
             if not len(self.running):
                 if not self._idle_reported and not self.waiting_count:
@@ -357,11 +392,14 @@ class Worker:
         pos = 0
         for stop in stops:
             self._phase = _ADVANCING
+            self._block = (plan, start, pos, stop)
             interrupted = False
             try:
                 yield env.timeout(start + float(plan.cum_s[stop - 1]) - env.now)
                 done = stop
             except simpy.Interrupt:
+                if self.lost:
+                    return pos
                 # the iteration in flight completes (poke left the phase BUSY)
                 interrupted = True
                 elapsed = env.now - start
@@ -370,6 +408,9 @@ class Worker:
                 end = start + float(plan.cum_s[done - 1])
                 while env.now < end:
                     yield env.timeout(end - env.now)
+            self._block = None
+            if self.lost:  # lost while its in-flight iteration completed: `lose` took the rest
+                return pos
             self._phase = _BUSY
             ticked = self.apply(plan, done, pos)
             poked = self._phase == _POKED

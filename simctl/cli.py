@@ -83,14 +83,18 @@ main.add_command(trace_group)
 
 
 def _register() -> None:
+    from simctl.annotate_cmd import annotate_cmd
     from simctl.live.calibrate import calibrate_cmd
     from simctl.live.cli import live_cmd
     from simctl.policies_cmd import policies_cmd
     from simctl.replay_cmd import replay_cmd
     from simctl.reports.cli import report_cmd
     from simctl.reproduce_cmd import reproduce_cmd
+    from simctl.sim.models import get_model
     from simctl.sweep_cmd import sweep_cmd
+    from simctl.traces.importers.cli import set_model_check
 
+    set_model_check(lambda name: get_model(name).name)  # `trace import --model`: the catalogue
     main.add_command(replay_cmd)
     main.add_command(policies_cmd)
     main.add_command(report_cmd)
@@ -98,6 +102,7 @@ def _register() -> None:
     main.add_command(calibrate_cmd)
     main.add_command(sweep_cmd)
     main.add_command(reproduce_cmd)
+    trace_group.add_command(annotate_cmd)  # `trace annotate` needs live/, which traces/ cannot import
 
 
 _register()

@@ -15,9 +15,12 @@ from simctl.sim.cost_model import load_cost_model
 from simctl.sim.engine import EngineConfig, SimError
 from simctl.sim.models import get_model
 from simctl.sim.replay import PolicyRun, ReplaySetup, replay, run_tables
+from simctl.sim.worker_faults import WorkerFaultError, fault_problem
 from simctl.traces.chrome_trace import write_run_chrome_trace
 from simctl.traces.cli_options import (
+    WorkerFault,
     chrome_trace_option,
+    fail_worker_option,
     json_option,
     max_num_seqs_option,
     out_option,
@@ -88,6 +91,18 @@ def build_setup(
         engine=EngineConfig(max_num_seqs=max_num_seqs, per_iteration=per_iteration),
         cost_source=str(profile) if profile else "roofline",
     )
+
+
+def with_faults(setup: ReplaySetup, faults: tuple[WorkerFault, ...]) -> ReplaySetup:
+    """The setup with `--fail-worker` faults, each checked against the cluster and the
+    replayed steps first (one line naming the bad value)."""
+    for f in faults:
+        problem = fault_problem(f, setup.cluster.num_workers, setup.steps)
+        if problem:
+            given = f"{f.worker}@{f.time_s:g}" + ("" if f.step is None else f":{f.step}")
+            raise click.BadParameter(f"'{given}': {problem}", param_hint="--fail-worker")
+    setup.faults = faults
+    return setup
 
 
 def check_outputs(trace: Path, json_path: Path | None, out: Path | None, report_dir: Path | None) -> None:
@@ -195,6 +210,7 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
     help="Also render a comparison report of this run into DIR.",
 )
 @chrome_trace_option()
+@fail_worker_option()
 def replay_cmd(
     trace,
     policies,
@@ -210,6 +226,7 @@ def replay_cmd(
     out,
     report_dir,
     chrome_trace,
+    fail_workers,
 ) -> None:
     """Replay TRACE under each --policy on a simulated cluster and compare."""
     check_outputs(trace, json_path, out, report_dir)
@@ -227,6 +244,7 @@ def replay_cmd(
             f"'{baseline}' is not one of the --policy runs ({', '.join(names)})", param_hint="--baseline"
         )
     setup = build_setup(trace, cluster, profile, model, steps, seed, per_iteration, max_num_seqs)
+    setup = with_faults(setup, fail_workers)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
@@ -244,7 +262,7 @@ def replay_cmd(
 
         try:
             runs = replay(setup, policies, tick)
-        except SimError as exc:
+        except (SimError, WorkerFaultError) as exc:
             raise click.ClickException(str(exc)) from None
     print_table(runs, baseline)
     doc = run_document(setup, runs, trace)

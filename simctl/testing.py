@@ -136,7 +136,14 @@ class ScriptedEngine:
         self.reqs: dict[int, list[Any]] = {}  # rid -> [prompt_len + generated, remaining, spec]
 
     def add(
-        self, request: int, key: Any, prompt: Sequence[int], max_tokens: int, spec: SpecConfig, group: Any
+        self,
+        request: int,
+        key: Any,
+        prompt: Sequence[int],
+        max_tokens: int,
+        spec: SpecConfig,
+        group: Any,
+        acceptance: Any = None,
     ) -> list[str]:
         self.reqs[request] = [len(prompt), max_tokens, spec]
         return []

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from simctl.traces.importers.cli import import_cmd
 from simctl.traces.io import TraceError
 from simctl.traces.outputs import check_output_file
 
@@ -118,3 +119,6 @@ def _fmt(v: object) -> str:
     if isinstance(v, float):
         return f"{v:.3f}" if abs(v) < 10 else f"{v:.0f}"
     return str(v)
+
+
+trace_group.add_command(import_cmd)  # `simctl trace import` (traces/importers/)

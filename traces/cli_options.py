@@ -87,6 +87,7 @@ def fail_worker_option() -> Callable[[F], F]:
         "--fail-worker",
         "fail_workers",
         multiple=True,
+        default=(),
         callback=lambda _ctx, _param, values: tuple(parse_fail_worker(v) for v in values),
         help="Lose worker W T seconds into step S (default: the first step), e.g. 3@20 or "
         "3@20:5; repeatable. The policy gets a WorkerLost event.",

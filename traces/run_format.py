@@ -227,6 +227,7 @@ class PolicyEntry(TypedDict):
     params: dict[str, object]
     worker_losses: NotRequired[list[WorkerLossEntry]]  # absent: no worker was lost
     # live runs only
+    reaction_s: NotRequired[dict[str, float]]  # concurrent: report received -> answer sent
     approximated: NotRequired[dict[str, int]]
     overhead: NotRequired[OverheadEntry]
     wall_s: NotRequired[float]

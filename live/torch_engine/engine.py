@@ -11,6 +11,16 @@ them, each with its own query length (its uncached tokens — the whole prompt o
 else the last sampled token — plus its drafts), then verification. Prefill and decode share that
 forward (padded to the longest query), which keeps the engine simple at the cost of padding
 waste when a long prompt joins a batch of decodes. KV handling is described in `kv_cache`.
+
+Synthetic verification (trace replay, live/trace_acceptance.py). A request added with an
+`acceptance` is verified at a replayed trace's per-token rates instead of by exact match:
+its drafts are accepted by seeded Bernoulli draws up to the first rejection, and the step
+emits the accepted drafts plus the target's own sample at the first rejected position. The
+output is then no longer the plain-decoding sequence (its content does not matter to a
+replay; its lengths and timings do). Such a request always drafts its full draft length:
+the trace's rate is per drafted token, so a drafter that proposes fewer (an n-gram miss) is
+padded with copies of its last proposal (or of the last token), at the cost of the same
+verify width a full draft would take.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from simctl.live.torch_engine.drafters import Drafter, DraftItem, propose_many
 from simctl.live.torch_engine.kv_cache import KVBuffer
 from simctl.live.torch_engine.ragged_forward import output_head, ragged_forward
 from simctl.live.torch_engine.sampling import SamplingParams, request_key, sample_tokens
+from simctl.live.trace_acceptance import MethodAcceptance
 
 RequestId = Hashable
 
@@ -79,6 +90,7 @@ class _Request:
     gamma: int
     group_id: Hashable | None
     kv: KVBuffer = field(default_factory=KVBuffer)
+    acceptance: MethodAcceptance | None = None  # synthetic verification (module docstring)
 
     @property
     def num_output(self) -> int:
@@ -136,10 +148,12 @@ class TorchEngine:
         top_p: float = 1.0,
         top_k: int = 0,
         group_id: Hashable | None = None,
+        acceptance: MethodAcceptance | None = None,
     ) -> None:
         """Queue a request. `stop_token_ids=None` means the model's EOS id(s); pass `()` to
         disable stopping on tokens. `group_id` names the sibling group whose tokens
-        group-aware drafters (SuffixDrafter) may read."""
+        group-aware drafters (SuffixDrafter) may read. `acceptance`: verify this request's
+        drafts synthetically at those rates (module docstring)."""
         if request_id in self._requests:
             raise ValueError(f"request {request_id!r} already exists")
         prompt = [int(t) for t in prompt_token_ids]
@@ -162,16 +176,24 @@ class TorchEngine:
             drafter=drafter,
             gamma=gamma,
             group_id=group_id,
+            acceptance=acceptance,
         )
         self._requests[request_id] = req
         if group_id is not None:
             self._groups.setdefault(group_id, []).append(req)
 
-    def set_speculation(self, request_id: RequestId, drafter: Drafter | None, gamma: int) -> None:
-        """Change a running request's drafter and draft length; applies from the next step."""
+    def set_speculation(
+        self,
+        request_id: RequestId,
+        drafter: Drafter | None,
+        gamma: int,
+        acceptance: MethodAcceptance | None = None,
+    ) -> None:
+        """Change a running request's drafter, draft length and synthetic acceptance (None:
+        exact-match verification); applies from the next step."""
         _check_gamma(drafter, gamma)
         req = self._requests[request_id]
-        req.drafter, req.gamma = drafter, gamma
+        req.drafter, req.gamma, req.acceptance = drafter, gamma, acceptance
 
     def abort(self, request_id: RequestId) -> bool:
         """Drop a request and its KV; returns False if it was not running. Its partial tokens
@@ -230,10 +252,12 @@ class TorchEngine:
             entry[2].append((req.tokens, siblings, k))
         drafts: list[list[int]] = [[] for _ in batch]
         for drafter, indices, items in by_drafter.values():
-            for i, (_, _, k), proposal in zip(indices, items, propose_many(drafter, items), strict=True):
+            for i, (ctx, _, k), proposal in zip(indices, items, propose_many(drafter, items), strict=True):
                 tokens = [int(t) for t in proposal[:k]]
                 if any(not 0 <= t < self.vocab_size for t in tokens):
                     raise ValueError(f"drafter proposed a token outside [0, {self.vocab_size})")
+                if batch[i].acceptance is not None and len(tokens) < k:
+                    tokens += [tokens[-1] if tokens else ctx[-1]] * (k - len(tokens))
                 drafts[i] = tokens
         return drafts
 
@@ -269,8 +293,11 @@ class TorchEngine:
             target = samples[offset : offset + len(d) + 1]
             offset += len(d) + 1
             accepted = 0
-            while accepted < len(d) and d[accepted] == target[accepted]:
-                accepted += 1
+            if req.acceptance is not None:
+                accepted = req.acceptance.accepted(req.key, len(req.tokens), len(d))
+            else:
+                while accepted < len(d) and d[accepted] == target[accepted]:
+                    accepted += 1
             emitted: list[int] = []
             reason: str | None = None
             for tok in (*d[:accepted], target[accepted]):

@@ -189,7 +189,9 @@ def test_worker_crash_keeps_completed_steps(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(TorchEngine, "step", flaky)
     out = tmp_path / "run"
-    code, output = _run([*TINY, "--steps", "3", "--out", str(out)])
+    # lockstep: the engine runs in this process (the patch applies) and an engine error
+    # ends the run; concurrent runs lose the worker instead (tests/live/test_concurrent.py)
+    code, output = _run([*TINY, "--lockstep", "--steps", "3", "--out", str(out)])
     assert code == 1
     assert "worker 0 crashed at step" in output and "device lost" in output and "second line" not in output
     doc = json.loads((out / "run.json").read_text())
@@ -324,3 +326,26 @@ def test_requests_that_cannot_fit_a_worker_are_refused_before_running(tmp_path: 
     assert "a request (step 0, prompt 0, sample 3) needs 1,073,741,952 tokens of context" in result.output
     result = CliRunner().invoke(live_cmd, [*base, "--max-tokens", "1000000000", "--prompts-per-step", "1"])
     assert result.exit_code == 1 and "tokens of context; a worker holds" in result.output
+
+
+def test_concurrent_run_survives_a_killed_worker(tmp_path: Path) -> None:
+    """The default (concurrent) mode with two worker processes, one killed mid-step."""
+    out = tmp_path / "run"
+    args = [*TINY, "--max-tokens", "64", "--workers", "2", "--fail-worker", "1@0.05", "--out", str(out)]
+    code, output = _run(args)
+    assert code == 0, output
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["provenance"]["clock"].startswith("wall clock")
+    [loss] = doc["policies"]["verl"]["worker_losses"]
+    assert loss["worker"] == 1 and loss["cause"] == "injected" and loss["time_s"] >= 0.05
+    assert doc["policies"]["verl"]["reaction_s"]["reports"] > 0
+    assert validate_file(out / "trace.parquet") == []
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("2@1", "worker 2 does not exist (--workers 2)"), ("0@1:9", "step 9 is not run"), ("x", "is not W@T")],
+)
+def test_bad_fail_worker_is_one_line(value: str, message: str) -> None:
+    code, output = _run([*TINY, "--workers", "2", "--fail-worker", value])
+    assert code == 2 and message in output

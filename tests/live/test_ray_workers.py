@@ -158,3 +158,44 @@ def test_simctl_live_ray_records_what_an_in_process_run_records(cluster, tmp_pat
     assert a.df["response_len"].tolist() == b.df["response_len"].tolist()
     tokens = [a.lists["response_tokens"].to_pylist(), b.lists["response_tokens"].to_pylist()]
     assert tokens[0] == tokens[1] and sum(map(len, tokens[0])) > 0
+
+
+def test_ray_actors_loop_side_by_side_and_survive_a_lost_actor(cluster, trace_path: Path) -> None:
+    """The concurrent runtime over two Ray actors: every request finishes exactly once with
+    its budget's tokens, reports arrive from both actors, and an actor killed mid-step
+    (`--fail-worker 1@T`) becomes a WorkerLost whose requests finish on the other one."""
+    from simctl.live.concurrent import ConcurrentExecutor
+    from simctl.live.ray_workers import RayRuntime
+    from simctl.policies.contract import RequestFinished, WorkerLost
+    from simctl.testing import Spy
+    from simctl.traces.cli_options import WorkerFault
+    from tests.live.loop_fakes import SlowBackend
+
+    workload = from_trace(trace_path, vocab=256)
+    for faults in ([], [WorkerFault(1, 0.05)]):
+        spy = Spy(make_policy("verl"))
+        runtime = RayRuntime(SlowBackend(step_s=0.01), 2, None)
+        ex = ConcurrentExecutor(
+            spy,
+            runtime,
+            workload,
+            INFO,
+            config=ExecutorConfig(kv_capacity_tokens=KV),
+            cost_model=LinearCost(),
+            faults=faults,
+        )
+        try:
+            ex.run()
+        finally:
+            runtime.close()
+        for rec, step in zip(ex.records, workload.steps, strict=True):
+            assert [r.generated for r in rec.requests[: rec.n_requests]] == [q.budget for q in step.requests]
+        finished = [e for e, _ in spy.log if isinstance(e, RequestFinished)]
+        assert len(finished) == workload.num_requests
+        lost = [e for e, _ in spy.log if isinstance(e, WorkerLost)]
+        if faults:
+            assert [e.worker for e in lost] == [1] and ex.losses.entries[0]["cause"] == "injected"
+            assert all(row[0] == 0 for row in ex.records[1].iterations)
+        else:
+            assert not lost
+            assert {row[0] for row in ex.records[0].iterations} == {0, 1}

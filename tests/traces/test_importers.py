@@ -1,0 +1,533 @@
+"""`simctl trace import`: each framework's dump, written here exactly as the upstream code
+writes it (the importer docstrings name that code), imports into a valid trace with the
+numbers the dump holds, records its provenance, and replays; hostile dumps are refused in
+one line and leave no output behind."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simctl.cli import main
+from simctl.sim.models import get_model
+from simctl.traces.importers.common import FormatFacts, ImportOptions, RowSet, build_trace, stable_id
+from simctl.traces.validate import load_valid_trace
+
+MODEL = "qwen2.5-7b"
+POLICIES = ("verl", "ngram", "seer", "rhymerl")
+EOS = 1  # id of "</s>" in the fixture tokenizer
+
+
+# --- fixtures -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A word-level tokenizer: "wN" is id N + 2, "[UNK]" 0, "</s>" 1 (no hub)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    vocab = {"[UNK]": 0, "</s>": EOS, **{f"w{i}": i + 2 for i in range(200)}}
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    out = tmp_path_factory.mktemp("tok")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", eos_token="</s>")
+    fast.save_pretrained(str(out))
+    return out
+
+
+def words(ids: list[int]) -> str:
+    return " ".join(f"w{i - 2}" for i in ids)
+
+
+def response_ids(seed: int, n: int) -> list[int]:
+    """A repetitive response (so n-gram drafters find matches), ids >= 2."""
+    pattern = [10 + seed % 7, 20 + seed % 5, 30 + seed % 3]
+    return [pattern[i % 3] if i % 5 else 40 + (seed + i) % 9 for i in range(n)]
+
+
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11], [12, 13]]
+# (step, prompt index, sample, response length); responses of length 12 reach the budget
+PLAN = [
+    (s, p, k, 3 + (s * 7 + p * 5 + k * 3) % 10 if (p, k) != (1, 2) else 12)
+    for s in (1, 2)
+    for p in range(3)
+    for k in range(4)
+]
+BUDGET = 12
+N_CLIPPED = sum(n == BUDGET for *_, n in PLAN)
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(main, [*args], catch_exceptions=False)
+
+
+def import_ok(tmp_path: Path, fmt: str, *paths: Path, extra: tuple[str, ...] = ()) -> Any:
+    out = tmp_path / f"{fmt}.parquet"
+    res = run("trace", "import", fmt, *map(str, paths), "-o", str(out), "--model", MODEL, *extra)
+    assert res.exit_code == 0, res.output
+    trace = load_valid_trace(out)
+    assert trace.meta.notes["import"]["format"] == fmt
+    assert trace.meta.model == get_model(MODEL).name and trace.meta.source == "converted"
+    return trace, out
+
+
+def import_fails(tmp_path: Path, fmt: str, *paths: Path, extra: tuple[str, ...] = ()) -> str:
+    out = tmp_path / "bad.parquet"
+    res = run("trace", "import", fmt, *map(str, paths), "-o", str(out), "--model", MODEL, *extra)
+    assert res.exit_code != 0
+    assert not out.exists() and not list(tmp_path.glob(".bad.parquet.tmp-*"))
+    lines = [line for line in res.output.strip().splitlines() if line]
+    assert len(lines) == 1, res.output
+    return lines[0]
+
+
+def replays(out: Path, policies: tuple[str, ...] = POLICIES) -> None:
+    args = ["replay", str(out), "--cluster", "h100x8:tp1"]
+    for p in policies:
+        args += ["--policy", p]
+    res = run(*args)
+    assert res.exit_code == 0, res.output
+    for p in policies:
+        assert p in res.output
+
+
+# --- verl ---------------------------------------------------------------------------------
+
+
+def write_verl(root: Path) -> Path:
+    """`{global_step}.jsonl` as `_dump_generations` writes it: rows reordered (balance_batch)."""
+    root.mkdir()
+    for step in (1, 2):
+        rows = [r for r in PLAN if r[0] == step][::-1]  # balanced order: not grouped
+        lines = [
+            {
+                "input": words(PROMPTS[p]),
+                "output": words(response_ids(p * 10 + k, n - (n < BUDGET))),
+                "gts": "42",
+                "score": float(k % 2),
+                "step": step,
+                "acc": bool(k % 2),
+            }
+            for _, p, k, n in rows
+        ]
+        (root / f"{step}.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return root
+
+
+def test_verl_imports_lengths_groups_and_tokens(tmp_path: Path, tokenizer_dir: Path) -> None:
+    dump = write_verl(tmp_path / "rollout_data")
+    extra = ("--tokenizer", str(tokenizer_dir), "--max-tokens", str(BUDGET), "--steps-per-epoch", "1")
+    trace, out = import_ok(tmp_path, "verl", dump, extra=extra)
+    df = trace.df
+    assert len(df) == 24 and trace.meta.group_size == 4 and sorted(df["step"].unique()) == [1, 2]
+    assert df["epoch"].tolist() == [0] * 12 + [1] * 12
+    # the prompt keeps its id across steps; lengths come from the tokenizer (+ EOS when it stopped)
+    ids = df.groupby("step")["prompt_id"].apply(lambda s: sorted(set(s)))
+    assert ids[1] == ids[2] == sorted(stable_id(words(p)) for p in PROMPTS)
+    assert sorted(df["prompt_len"].unique()) == [2, 3, 4]
+    expected = sorted(n for s, _, _, n in PLAN)
+    assert sorted(df["response_len"]) == expected
+    clipped = df["finish_reason"] == "length"
+    assert clipped.sum() == N_CLIPPED and (df.loc[clipped, "response_len"] == BUDGET).all()
+    vals, off = trace.token_arrays("response_tokens")
+    last = vals[off[1:] - 1]
+    assert (last[~clipped.to_numpy()] == EOS).all()
+    assert trace.meta.notes["import"]["files"] == [str(dump / "1.jsonl"), str(dump / "2.jsonl")]
+    replays(out)
+
+
+def test_verl_needs_a_tokenizer_and_a_budget(tmp_path: Path, tokenizer_dir: Path) -> None:
+    dump = write_verl(tmp_path / "d")
+    assert "--tokenizer" in import_fails(tmp_path, "verl", dump)
+    line = import_fails(tmp_path, "verl", dump, extra=("--tokenizer", str(tokenizer_dir)))
+    assert "--max-tokens" in line
+
+
+# --- AReaL --------------------------------------------------------------------------------
+
+
+def write_areal(root: Path) -> Path:
+    """`rollout/<tail_version>/<task_id>.jsonl` as `_dump_trajectory` writes it."""
+    for step, p, k, n in PLAN:
+        task = step * 10 + p
+        d = root / "rollout" / str(step)
+        d.mkdir(parents=True, exist_ok=True)
+        prompt_len = len(PROMPTS[p]) + 10
+        rec = {
+            "task_id": task,
+            "sample_idx": k,
+            "seqlen": prompt_len + n,
+            "prompt_len": prompt_len,
+            "head_version": step - 1,
+            "tail_version": step,
+            "reward": 1.0 if k == 0 else 0.0,
+            "prompt": words(PROMPTS[p]),
+            "completion": words(response_ids(k, n)),
+        }
+        with (d / f"{task}.jsonl").open("a") as f:
+            f.write(json.dumps(rec) + "\n")
+    ev = root / "eval-rollout" / "1"
+    ev.mkdir(parents=True)
+    (ev / "0.jsonl").write_text("not json\n")  # evaluation dumps are skipped
+    return root
+
+
+def test_areal_imports(tmp_path: Path, tokenizer_dir: Path) -> None:
+    dump = write_areal(tmp_path / "log")
+    trace, out = import_ok(tmp_path, "areal", dump, extra=("--max-tokens", str(BUDGET)))
+    df = trace.df
+    assert len(df) == 24 and trace.meta.group_size == 4
+    assert sorted(df["response_len"]) == sorted(n for *_, n in PLAN)
+    assert df["reward"].sum() == 6  # sample 0 of each of 6 groups
+    assert (df.loc[df["sample"] == 0, "reward"] == 1).all()
+    assert (df["finish_reason"] == "length").sum() == N_CLIPPED
+    assert len(trace.meta.notes["import"]["files"]) == 6
+    assert not trace.has_tokens()
+    replays(out, ("verl",))  # speculative policies need tokens or accept_<method> columns
+    # with the tokenizer the completions' ids match their lengths (the prompts', 10 short, do not)
+    extra = ("--max-tokens", str(BUDGET), "--tokenizer", str(tokenizer_dir))
+    tokens, out = import_ok(tmp_path, "areal", dump, extra=extra)
+    assert tokens.has_tokens() and "prompt_tokens" not in tokens.lists
+    pd.testing.assert_frame_equal(tokens.df, trace.df)
+    replays(out)
+
+
+def test_areal_short_group_is_dropped_with_group_size(tmp_path: Path) -> None:
+    dump = write_areal(tmp_path / "log")
+    f = dump / "rollout" / "1" / "10.jsonl"
+    f.write_text("".join(f.read_text().splitlines(keepends=True)[:3]))  # one empty completion skipped
+    assert "--group-size" in import_fails(tmp_path, "areal", dump, extra=("--max-tokens", "12"))
+    trace, _ = import_ok(tmp_path, "areal", dump, extra=("--max-tokens", "12", "--group-size", "4"))
+    assert len(trace.df) == 20 and trace.meta.notes["import"]["dropped_rows"] == 3
+
+
+# --- NeMo-RL ------------------------------------------------------------------------------
+
+
+def write_nemo(root: Path) -> Path:
+    """`train_data_step{N}.jsonl` as `log_batched_dict_as_jsonl` writes GRPO's batch: every
+    field a one-element list, token ids right-padded to the batch's longest sequence."""
+    root.mkdir()
+    for step in (1, 2):
+        rows = [r for r in PLAN if r[0] == step]
+        seqs = [(PROMPTS[p], response_ids(p + k, n)) for _, p, k, n in rows]
+        width = max(len(a) + len(b) for a, b in seqs) + 3
+        lines = []
+        for i, ((prompt, resp), (_, _, k, _)) in enumerate(zip(seqs, rows, strict=True)):
+            length = len(prompt) + len(resp)
+            pad = width - length
+            lines.append(
+                {
+                    "content": [[words(prompt), words(resp)]],
+                    "rewards": [float(k)],
+                    "input_lengths": [length],
+                    "token_ids": [prompt + resp + [0] * pad],
+                    "token_loss_mask": [[0] * len(prompt) + [1] * len(resp) + [0] * pad],
+                    "sample_loss_mask": [1.0],
+                    "advantages": [[0.5] * width],
+                    "generation_logprobs": [[-0.1] * width],
+                    "prev_logprobs": [[-0.1] * width],
+                    "idx": i,
+                }
+            )
+        (root / f"train_data_step{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return root
+
+
+def test_nemo_rl_imports_token_ids(tmp_path: Path) -> None:
+    dump = write_nemo(tmp_path / "logs")
+    trace, out = import_ok(tmp_path, "nemo-rl", dump, extra=("--max-tokens", str(BUDGET)))
+    df = trace.df
+    assert len(df) == 24 and trace.meta.group_size == 4
+    row = df[(df["step"] == 2) & (df["prompt_id"] == stable_id(tuple(PROMPTS[1]))) & (df["sample"] == 3)]
+    assert len(row) == 1
+    i = int(row.index[0])
+    vals, off = trace.token_arrays("response_tokens")
+    n = dict(((s, p, k), n) for s, p, k, n in PLAN)[(2, 1, 3)]
+    assert vals[off[i] : off[i + 1]].tolist() == response_ids(1 + 3, n)
+    pvals, poff = trace.token_arrays("prompt_tokens")
+    assert pvals[poff[i] : poff[i + 1]].tolist() == PROMPTS[1]
+    assert float(row["reward"].iloc[0]) == 3.0
+    replays(out)
+
+
+# --- ROLL ---------------------------------------------------------------------------------
+
+
+def write_roll(root: Path) -> Path:
+    """`rollout_dump_data.step_{N}.jsonl`: ONE JSON object of columns per file."""
+    root.mkdir()
+    meta = json.dumps(
+        {"generation_config": {"max_new_tokens": BUDGET, "num_return_sequences": 4, "temperature": 0.7}}
+    )
+    for step in (1, 2):
+        rows = [r for r in PLAN if r[0] == step]
+        data = {
+            "global_step": [step] * len(rows),
+            "id": [f"q{p}" for _, p, _, _ in rows],
+            "prompt": [words(PROMPTS[p]) for _, p, _, _ in rows],
+            "tag": ["math"] * len(rows),
+            "domain": ["math_rule"] * len(rows),
+            "responses": [words(response_ids(k, n - (n < BUDGET))) for _, _, k, n in rows],
+            "scores": [0.5] * len(rows),
+            "sampling_params": [meta] * len(rows),
+        }
+        (root / f"rollout_dump_data.step_{step}.jsonl").write_text(json.dumps(data) + "\n")
+    return root
+
+
+def test_roll_imports_generation_config(tmp_path: Path, tokenizer_dir: Path) -> None:
+    dump = write_roll(tmp_path / "dump")
+    trace, out = import_ok(tmp_path, "roll", dump, extra=("--tokenizer", str(tokenizer_dir)))
+    df = trace.df
+    assert trace.meta.group_size == 4 and trace.meta.temperature == pytest.approx(0.7)
+    assert (df["max_tokens"] == BUDGET).all() and (df["reward"] == 0.5).all()
+    assert sorted(df["response_len"]) == sorted(n for *_, n in PLAN)
+    assert (df["finish_reason"] == "length").sum() == N_CLIPPED
+    replays(out)
+
+
+# --- slime --------------------------------------------------------------------------------
+
+
+def slime_sample(p: int, k: int, n: int, index: int, truncated: bool) -> dict[str, Any]:
+    """`Sample.to_dict()`: the fields of slime's Sample, status as its value."""
+    return {
+        "group_index": p,
+        "index": index,
+        "rollout_id": None,
+        "prompt": words(PROMPTS[p]),
+        "tokens": PROMPTS[p] + response_ids(p * 4 + k, n),
+        "multimodal_inputs": None,
+        "response": words(response_ids(p * 4 + k, n)),
+        "response_length": n,
+        "label": "42",
+        "reward": float(k == 1),
+        "loss_mask": [1] * n,
+        "weight_versions": ["1"],
+        "rollout_log_probs": [-0.5] * n,
+        "remove_sample": False,
+        "status": "truncated" if truncated else "completed",
+        "metadata": {},
+        "train_metadata": None,
+        "session_id": None,
+        "non_generation_time": 0.0,
+        "spec_info": {
+            "spec_accept_token_num": 0,
+            "spec_draft_token_num": 0,
+            "spec_verify_ct": 0,
+            "completion_token_num": n,
+        },
+        "prefix_cache_info": {"cached_tokens": 0, "total_prompt_tokens": len(PROMPTS[p])},
+    }
+
+
+def write_slime(root: Path) -> Path:
+    torch = pytest.importorskip("torch")
+    root.mkdir()
+    for step in (1, 2):
+        samples = [
+            slime_sample(p, k, n, i, n == BUDGET)
+            for i, (_, p, k, n) in enumerate(r for r in PLAN if r[0] == step)
+        ]
+        torch.save({"rollout_id": step, "samples": samples}, root / f"{step}.pt")
+    torch.save({"rollout_id": 1, "samples": []}, root / "eval_1.pt")  # evaluation: skipped
+    return root
+
+
+def test_slime_imports_token_ids_and_truncation(tmp_path: Path) -> None:
+    dump = write_slime(tmp_path / "rollout_data")
+    trace, out = import_ok(tmp_path, "slime", dump, extra=("--max-tokens", "16"))
+    df = trace.df
+    assert len(df) == 24 and trace.meta.group_size == 4
+    clipped = df["finish_reason"] == "length"
+    # status "truncated" below --max-tokens: another limit was that response's budget
+    assert clipped.sum() == N_CLIPPED and (df.loc[clipped, "max_tokens"] == BUDGET).all()
+    assert (df.loc[~clipped, "max_tokens"] == 16).all()
+    assert df["reward"].sum() == 6
+    assert trace.has_tokens() and "prompt_tokens" in trace.lists
+    assert [Path(f).name for f in trace.meta.notes["import"]["files"]] == ["1.pt", "2.pt"]
+    replays(out)
+
+
+class Boom:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (print, ("pickled code ran",))
+
+
+def test_slime_refuses_pickled_objects(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    bad = tmp_path / "0.pt"
+    torch.save({"rollout_id": 0, "samples": [Boom()]}, bad)
+    line = import_fails(tmp_path, "slime", bad, extra=("--max-tokens", "16"))
+    assert "only torch.load(weights_only=True)" in line and "pickled code ran" not in line
+    plain = tmp_path / "1.pt"
+    plain.write_bytes(pickle.dumps({"rollout_id": 0}))
+    assert "weights_only" in import_fails(tmp_path, "slime", plain, extra=("--max-tokens", "16"))
+
+
+# --- table --------------------------------------------------------------------------------
+
+
+def table_frame() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "iteration": s,
+                "question": p,
+                "k": k,
+                "plen": len(PROMPTS[p]),
+                "rlen": n,
+                "reward": float(k),
+                "response_tokens": json.dumps(response_ids(p + k, n)),
+            }
+            for s, p, k, n in PLAN
+        ]
+    )
+
+
+def test_table_with_column_mapping(tmp_path: Path) -> None:
+    csv = tmp_path / "t.csv"
+    table_frame().to_csv(csv, index=False)
+    cols = ("--column", "step=iteration", "--column", "prompt_id=question", "--column", "sample=k")
+    cols += ("--column", "prompt_len=plen", "--column", "response_len=rlen", "--max-tokens", str(BUDGET))
+    trace, out = import_ok(tmp_path, "table", csv, extra=cols)
+    df = trace.df
+    assert sorted(df["prompt_id"].unique()) == [0, 1, 2]  # kept as given
+    assert df.loc[
+        (df["step"] == 1) & (df["prompt_id"] == 2) & (df["sample"] == 3), "response_len"
+    ].item() == next(n for s, p, k, n in PLAN if (s, p, k) == (1, 2, 3))
+    assert trace.has_tokens()
+    replays(out)
+
+
+def test_table_parquet_and_jsonl_agree(tmp_path: Path) -> None:
+    frame = table_frame().rename(
+        columns={
+            "iteration": "step",
+            "question": "prompt_id",
+            "k": "sample",
+            "plen": "prompt_len",
+            "rlen": "response_len",
+        }
+    )
+    frame["max_tokens"] = BUDGET
+    frame.to_parquet(tmp_path / "a.parquet")
+    frame.to_json(tmp_path / "b.jsonl", orient="records", lines=True)
+    a, _ = import_ok(tmp_path, "table", tmp_path / "a.parquet")
+    b, _ = import_ok(tmp_path, "table", tmp_path / "b.jsonl")
+    pd.testing.assert_frame_equal(a.df, b.df)
+
+
+# --- hostile inputs -----------------------------------------------------------------------
+
+
+def test_hostile_dumps_are_one_line(tmp_path: Path, tokenizer_dir: Path) -> None:
+    opts = ("--max-tokens", "12")
+    d = tmp_path / "in"
+    d.mkdir()
+    empty = d / "train_data_step1.jsonl"
+    empty.write_text("")
+    assert "no records" in import_fails(tmp_path, "nemo-rl", empty, extra=opts)
+    empty.write_text("{not json\n")
+    assert f"{empty} line 1: not JSON" in import_fails(tmp_path, "nemo-rl", empty, extra=opts)
+    areal = d / "3.jsonl"
+    good = {"task_id": 1, "sample_idx": 0, "seqlen": 9, "prompt_len": 4, "head_version": 0, "tail_version": 0}
+    full = {**good, "reward": 1.0, "prompt": "a", "completion": "b"}
+    no_reward = {k: v for k, v in full.items() if k != "reward"}
+    areal.write_text(json.dumps(full) + "\n" + json.dumps(no_reward) + "\n")
+    assert (
+        import_fails(tmp_path, "areal", areal, extra=opts) == f"Error: {areal} line 2: field 'reward' missing"
+    )
+    areal.write_text(json.dumps({**full, "seqlen": "9"}) + "\n")
+    assert "field 'seqlen' is '9', expected an integer" in import_fails(tmp_path, "areal", areal, extra=opts)
+    areal.write_text(json.dumps({**full, "prompt_len": -4}) + "\n")
+    assert "'prompt_len' -4" in import_fails(tmp_path, "areal", areal, extra=opts)
+    nothing = tmp_path / "nothing"
+    nothing.mkdir()
+    (nothing / "readme.txt").write_text("x")
+    assert "no slime dump files" in import_fails(tmp_path, "slime", nothing)
+    assert "no ROLL dump files" in import_fails(
+        tmp_path, "roll", nothing, extra=("--tokenizer", str(tokenizer_dir))
+    )
+
+
+def test_output_is_not_overwritten_when_not_a_trace(tmp_path: Path) -> None:
+    dump = write_areal(tmp_path / "log")
+    notes = tmp_path / "notes.parquet"
+    notes.write_text("my notes")
+    res = run("trace", "import", "areal", str(dump), "-o", str(notes), "--model", MODEL, "--max-tokens", "12")
+    assert res.exit_code != 0 and notes.read_text() == "my notes"
+
+
+def test_unknown_model_is_refused(tmp_path: Path) -> None:
+    dump = write_areal(tmp_path / "log")
+    res = run("trace", "import", "areal", str(dump), "-o", str(tmp_path / "t.parquet"), "--model", "gpt-9")
+    assert res.exit_code == 2 and "unknown model 'gpt-9'" in res.output
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    line=st.one_of(
+        st.text(max_size=40),
+        st.dictionaries(st.text(max_size=8), st.none() | st.integers() | st.text(max_size=5), max_size=4).map(
+            json.dumps
+        ),
+    )
+)
+def test_fuzzed_nemo_lines_never_crash(tmp_path: Path, line: str) -> None:
+    """Any single line is imported or refused in one line; never a traceback."""
+    path = tmp_path / "train_data_step1.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    out = tmp_path / "f.parquet"
+    res = CliRunner().invoke(
+        main, ["trace", "import", "nemo-rl", str(path), "-o", str(out), "--model", MODEL, "--max-tokens", "4"]
+    )
+    assert res.exit_code in (0, 1) and "internal error" not in res.output, res.output
+    if res.exit_code:
+        assert len(res.output.strip().splitlines()) == 1 and not out.exists()
+    out.unlink(missing_ok=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(1, 4),
+    draws=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(1, 3)), min_size=1, max_size=12
+    ),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_grouping_property(size: int, draws: list[tuple[int, int, int]], seed: int) -> None:
+    """Any shuffle of groups (a prompt drawn k times in a step gives k*G rows) becomes
+    groups of exactly G, samples 0..G-1, unique keys, stable prompt ids, no row lost."""
+    rng = np.random.default_rng(seed)
+    entries = [(step, prompt) for step, prompt, k in draws for _ in range(k * size)]
+    rows = RowSet(files=[Path("x")])
+    for i in rng.permutation(len(entries)):
+        step, prompt = entries[i]
+        rows.add(
+            f"x line {i}",
+            step=step,
+            group=f"p{prompt}",
+            prompt=f"p{prompt}",
+            order=int(i),
+            prompt_len=3,
+            response_len=2,
+        )
+    out = build_trace(rows, ImportOptions(model="m", max_tokens=4, group_size=size), FormatFacts(), "t", "u")
+    df = out.df
+    assert len(df) == len(entries) and out.dropped_rows == 0
+    assert (df.groupby(["step", "prompt_id"]).size() == size).all()
+    assert set(df["sample"]) == set(range(size))
+    assert not df.duplicated(["step", "prompt_id", "sample"]).any()
+    heads = {stable_id(f"p{p}") for _, p, _ in draws}
+    assert heads <= set(df["prompt_id"])

@@ -1,0 +1,95 @@
+"""AReaL: the trajectories `rollout.dump_to_file=true` writes.
+
+Followed: inclusionAI/AReaL @ 4aef98d8 (v1.0.4-17, May 2026), `areal/infra/workflow_executor.py`,
+`WorkflowExecutor._dump_trajectory` (the option is `dump_to_file` in `areal/api/cli_args.py`).
+Files are `<log dir>/rollout/<tail_version>/<task_id>.jsonl` (evaluation goes to
+`eval-rollout/`, which is skipped), one line per response of a task with the fields
+
+- `task_id`: the rollout task (one prompt's group of `n_samples` responses);
+- `sample_idx`: the response's index in the task's batch;
+- `seqlen`, `prompt_len`: tokens of prompt + response, and of the prompt;
+- `head_version`, `tail_version`: oldest and newest weight versions that generated it;
+- `reward`, and `prompt` / `completion` as decoded text.
+
+The step is `tail_version` (the weights the response finished with, and the directory it is
+filed under). The response length is `seqlen - prompt_len`; AReaL skips responses with no
+generated token, so a group can come out short: with `--group-size` such groups are dropped
+(and counted), without it the differing sizes are refused. A prompt's id is the hash of its
+text, so the same prompt keeps its id across steps (task ids do not recur). Budget: `--max-tokens`
+(`gconfig.max_new_tokens` is not dumped); epochs: `--steps-per-epoch`.
+
+No token ids are dumped, but the text is decoded with ``skip_special_tokens=False``, so with
+`--tokenizer DIR` it is encoded again and the ids become the trace's token columns, kept
+only where every response (prompt) encodes to exactly its recorded length: ids of a
+different count would contradict the lengths the dump records.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simctl.traces.importers.common import (
+    DumpError,
+    FormatFacts,
+    ImportOptions,
+    RowSet,
+    as_float,
+    as_int,
+    as_text,
+    find_files,
+    get,
+    json_lines,
+)
+from simctl.traces.importers.tokenize import load_tokenizer
+
+UPSTREAM = "inclusionAI/AReaL@4aef98d8 areal/infra/workflow_executor.py (_dump_trajectory)"
+
+
+def _is_dump(path: Path) -> bool:
+    return path.suffix == ".jsonl" and path.stem.isdigit() and "eval-rollout" not in path.parts
+
+
+def _attach_tokens(rows: RowSet, texts: list[tuple[str, str]], tokenizer: Path) -> None:
+    """Token ids from the text, for the columns whose every row matches its length."""
+    tok = load_tokenizer(tokenizer, "areal")
+    for i, (name, lengths) in enumerate(
+        (("prompt_tokens", rows.prompt_len), ("response_tokens", rows.response_len))
+    ):
+        ids = tok.encode([t[i] for t in texts])
+        agree = sum(len(x) == n for x, n in zip(ids, lengths, strict=True))
+        rows.notes[f"{name}_matching_rows"] = agree
+        if agree == len(ids):
+            setattr(rows, name, ids)
+
+
+def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
+    files = find_files(paths, _is_dump, "AReaL dump files (<version>/<task_id>.jsonl)")
+    rows = RowSet(files=files)
+    texts: list[tuple[str, str]] = []
+    for path in files:
+        for number, obj in json_lines(path):
+            where = f"{path} line {number}"
+            seqlen = as_int(get(obj, "seqlen", where), "seqlen", where)
+            prompt_len = as_int(get(obj, "prompt_len", where), "prompt_len", where)
+            task = as_int(get(obj, "task_id", where), "task_id", where)
+            if prompt_len < 1 or seqlen <= prompt_len:
+                raise DumpError(
+                    f"{where}: fields 'seqlen' {seqlen} and 'prompt_len' {prompt_len} must give "
+                    "a prompt and a response of >= 1 token each"
+                )
+            as_int(get(obj, "head_version", where), "head_version", where)
+            prompt = as_text(get(obj, "prompt", where), "prompt", where)
+            texts.append((prompt, as_text(get(obj, "completion", where), "completion", where)))
+            rows.add(
+                where,
+                step=as_int(get(obj, "tail_version", where), "tail_version", where),
+                group=task,
+                prompt=prompt,
+                order=as_int(get(obj, "sample_idx", where), "sample_idx", where),
+                prompt_len=prompt_len,
+                response_len=seqlen - prompt_len,
+                reward=as_float(get(obj, "reward", where), "reward", where),
+            )
+    if opts.tokenizer is not None:
+        _attach_tokens(rows, texts, opts.tokenizer)
+    return rows, FormatFacts()

@@ -1,0 +1,122 @@
+"""`simctl trace import FORMAT PATH... -o T.parquet`: a framework's rollout dump as a trace.
+
+The model name is checked against the simulator's catalogue so that `simctl replay` can
+use the recorded name without a flag; the catalogue lives in a higher layer (sim/), so the
+composition root hands the check in through :func:`set_model_check` rather than this
+layer importing upwards. Without one (this module used on its own) any name is recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from simctl.traces.importers.common import DumpError, ImportOptions
+from simctl.traces.io import write_trace
+from simctl.traces.outputs import check_output_file
+
+#: The formats `simctl trace import` reads (traces/importers/<format>.py each).
+FORMAT_NAMES = ("verl", "areal", "nemo-rl", "roll", "slime", "table")
+#: Turns a model name into its catalogue name, raising ValueError for an unknown one.
+_model_check: Callable[[str], str] | None = None
+
+
+def set_model_check(check: Callable[[str], str]) -> None:
+    """Install the catalogue lookup `--model` is checked with (called by `simctl.cli`)."""
+    global _model_check
+    _model_check = check
+
+
+def _parse_columns(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for text in values:
+        name, sep, source = text.partition("=")
+        if not sep or not name.strip() or not source.strip():
+            raise click.BadParameter(f"'{text}' is not NAME=SOURCE", param_hint="--column")
+        out[name.strip()] = source.strip()
+    return out
+
+
+def _model(name: str) -> str:
+    if _model_check is None:
+        return name
+    try:
+        return _model_check(name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--model") from None
+
+
+@click.command("import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMAT_NAMES))
+@click.argument(
+    "paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--model", required=True, help="Rollout model, a catalogue name (recorded for replay).")
+@click.option("--max-tokens", type=click.IntRange(min=1), help="Generation budget, where the dump has none.")
+@click.option("--group-size", type=click.IntRange(min=1), help="Responses per prompt (GRPO group size).")
+@click.option(
+    "--tokenizer",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Local Hugging Face tokenizer directory (verl, roll: required; areal: adds token ids).",
+)
+@click.option("--steps-per-epoch", type=click.IntRange(min=1), help="Steps per pass over the prompts.")
+@click.option(
+    "--temperature", type=click.FloatRange(min=0.0), help="Sampling temperature (default: the dump's, or 1)."
+)
+@click.option("--hardware", default="unknown", show_default=True, help="GPU the rollout ran on.")
+@click.option("--column", "columns", multiple=True, help="table: NAME=SOURCE reads column NAME from SOURCE.")
+def import_cmd(
+    fmt: str,
+    paths: tuple[Path, ...],
+    output: Path,
+    model: str,
+    max_tokens: int | None,
+    group_size: int | None,
+    tokenizer: Path | None,
+    steps_per_epoch: int | None,
+    temperature: float | None,
+    hardware: str,
+    columns: tuple[str, ...],
+) -> None:
+    """Import the rollout dumps of an RL framework (docs/importing-traces.md).
+
+    FORMAT is verl, areal, nemo-rl, roll, slime or table; each PATH is a dump file or a
+    directory searched for the format's files."""
+    from simctl.traces.importers import import_dump
+
+    check_output_file(output, inputs=paths, what="trace", kind="parquet")
+    opts = ImportOptions(
+        model=_model(model),
+        max_tokens=max_tokens,
+        group_size=group_size,
+        tokenizer=tokenizer,
+        steps_per_epoch=steps_per_epoch,
+        temperature=temperature,
+        hardware=hardware,
+        columns=_parse_columns(columns),
+    )
+    if columns and fmt != "table":
+        raise click.BadParameter("only the table format takes column mappings", param_hint="--column")
+    try:
+        imported = import_dump(fmt, paths, opts)
+    except DumpError as exc:
+        raise click.ClickException(str(exc)) from None
+    write_trace(output, imported.df, imported.meta, imported.lists)
+    df = imported.df
+    groups = len(df.drop_duplicates(["step", "prompt_id"]))
+    files = len(imported.meta.notes["import"]["files"])
+    tokens = "with token ids" if "response_tokens" in imported.lists else "no token ids"
+    click.echo(
+        f"wrote {output} ({fmt}: {files} files, {df['step'].nunique()} steps, {groups} groups of "
+        f"{imported.meta.group_size}, {tokens}, model {opts.model})"
+    )
+    if tokenizer is not None and fmt not in ("verl", "roll", "areal"):
+        click.echo(f"--tokenizer not used: {fmt} dumps record token counts", err=True)
+    matching = imported.meta.notes["import"].get("response_tokens_matching_rows")
+    if matching is not None and "response_tokens" not in imported.lists:
+        click.echo(f"token ids left out: {len(df) - matching} responses encode to another length", err=True)
+    if imported.dropped_rows:
+        click.echo(f"dropped {imported.dropped_rows} responses of incomplete groups", err=True)

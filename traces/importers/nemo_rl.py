@@ -1,0 +1,102 @@
+"""NeMo-RL: the `train_data_step{N}.jsonl` files GRPO writes into its log directory.
+
+Followed: NVIDIA-NeMo/RL @ 7ea279ab (0.6.0 development, Aug 2026), `nemo_rl/algorithms/grpo.py`
+(the "Log training data" block of `grpo_train`) and `nemo_rl/utils/logger.py`,
+`Logger.log_batched_dict_as_jsonl`. The batch is written one response per line by iterating
+micro-batches of size 1, so every field holds a one-element list:
+
+- `content`: `[[message texts]]`;
+- `rewards`: `[reward]`;
+- `input_lengths`: `[prompt + response tokens]` (before padding);
+- `token_ids`: `[[ids]]`, right-padded to the batch's longest sequence;
+- `token_loss_mask`: `[[0 or 1]]`, 1 on generated tokens;
+- `sample_loss_mask`, `advantages`, `generation_logprobs`, `prev_logprobs` (ignored), and
+  `idx`, the line's index.
+
+N in the file name is the step (NeMo-RL counts from 1). The prompt is the tokens before
+the first generated one; the response is the generated tokens (in a multi-turn dump the
+environment's tokens between turns, mask 0, count in neither). Groups: the batch repeats
+each prompt `num_generations_per_prompt` times and writes no group id, so a group is the
+responses of one step with the same prompt ids. Budget: `--max-tokens`
+(`policy.generation.max_new_tokens` is not dumped); epochs: `--steps-per-epoch`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from simctl.traces.importers.common import (
+    DumpError,
+    FormatFacts,
+    ImportOptions,
+    RowSet,
+    as_float,
+    as_int,
+    as_token_ids,
+    find_files,
+    get,
+    json_lines,
+)
+
+UPSTREAM = "NVIDIA-NeMo/RL@7ea279ab nemo_rl/algorithms/grpo.py + nemo_rl/utils/logger.py"
+_NAME = re.compile(r"^train_data_step(\d+)\.jsonl$")
+
+
+def _one(obj: dict[str, Any], key: str, where: str) -> Any:
+    """The value of a micro-batch-of-one field (`[x]` -> x)."""
+    value = get(obj, key, where)
+    if not (isinstance(value, list) and len(value) == 1):
+        raise DumpError(f"{where}: field '{key}' is not a one-element list (a micro-batch of 1)")
+    return value[0]
+
+
+def _row(obj: dict[str, Any], where: str) -> tuple[list[int], list[int], float]:
+    """(prompt ids, generated ids, reward) of one line."""
+    length = as_int(_one(obj, "input_lengths", where), "input_lengths", where)
+    ids = as_token_ids(_one(obj, "token_ids", where), "token_ids", where)
+    mask = _one(obj, "token_loss_mask", where)
+    if not isinstance(mask, list) or any(m not in (0, 1) or isinstance(m, bool) for m in mask):
+        raise DumpError(f"{where}: field 'token_loss_mask' is not a list of 0 and 1")
+    if not 1 <= length <= min(len(ids), len(mask)):
+        raise DumpError(
+            f"{where}: field 'input_lengths' {length} must be in 1..{min(len(ids), len(mask))} "
+            "(the length of 'token_ids' and 'token_loss_mask')"
+        )
+    if 1 not in mask[:length]:
+        raise DumpError(f"{where}: field 'token_loss_mask' marks no generated token")
+    first = mask.index(1)
+    generated = [t for t, m in zip(ids[first:length], mask[first:length], strict=True) if m == 1]
+    reward = as_float(_one(obj, "rewards", where), "rewards", where)
+    return ids[:first], generated, reward
+
+
+def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
+    what = "NeMo-RL dump files (train_data_step{N}.jsonl)"
+    files = find_files(paths, lambda p: bool(_NAME.match(p.name)), what)
+    rows = RowSet(files=files)
+    rows.response_tokens, rows.prompt_tokens = [], []
+    for path in files:
+        match = _NAME.match(path.name)
+        if match is None:
+            raise DumpError(f"{path}: name is not train_data_step{{N}}.jsonl, so its step is unknown")
+        step = int(match.group(1))
+        for number, obj in json_lines(path):
+            where = f"{path} line {number}"
+            prompt, generated, reward = _row(obj, where)
+            if not prompt:
+                raise DumpError(f"{where}: field 'token_loss_mask' marks the first token (no prompt)")
+            rows.add(
+                where,
+                step=step,
+                group=tuple(prompt),
+                prompt=tuple(prompt),
+                order=number,
+                prompt_len=len(prompt),
+                response_len=len(generated),
+                reward=reward,
+            )
+            rows.prompt_tokens.append(prompt)
+            rows.response_tokens.append(generated)
+    return rows, FormatFacts()

@@ -1,0 +1,145 @@
+"""ROLL: the `rollout_dump_data.step_{N}.jsonl` files the RLVR pipeline writes into
+`rollout_dump_dir`.
+
+Followed: alibaba/ROLL @ 8eb27cc2 (v0.3.0-9, Aug 2026), `roll/pipeline/rlvr/utils.py`,
+`dump_rollout_to_specific_path` and `write_to_json_process` (called from
+`roll/pipeline/rlvr/rlvr_pipeline.py` after generation). A file holds ONE JSON object of
+columns, each a list with one entry per response, restricted to `COLUMMNS_CONFIG`:
+
+- `global_step`, `responses` (decoded with ``skip_special_tokens=True``), `scores`;
+- `sampling_params`: per response, the JSON text of the batch's `meta_info`, whose
+  `generation_config` holds `max_new_tokens`, `num_return_sequences` and `temperature`;
+- dataset columns where the data has them: `id`, `prompt`, `messages`, `tag`, `domain`, ...
+
+Groups are the responses of a step with the same `id` (else the same prompt text); the
+group size, budget and temperature come from `generation_config` unless given. Token counts
+need `--tokenizer DIR` (text only is dumped): the prompt is `prompt`, or the contents of
+`messages` joined, so its length is approximate (the chat template is not applied).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from simctl.traces.importers.common import (
+    DumpError,
+    FormatFacts,
+    ImportOptions,
+    RowSet,
+    as_float,
+    as_int,
+    as_text,
+    find_files,
+    get,
+    json_lines,
+)
+from simctl.traces.importers.tokenize import load_tokenizer, response_ids
+
+UPSTREAM = "alibaba/ROLL@8eb27cc2 roll/pipeline/rlvr/utils.py (dump_rollout_to_specific_path)"
+_NAME = re.compile(r"^rollout_dump_data\.step_\d+\.jsonl$")
+
+
+def _column(obj: dict[str, Any], key: str, n: int, where: str) -> list[Any] | None:
+    if key not in obj:
+        return None
+    values = obj[key]
+    if not isinstance(values, list) or len(values) != n:
+        size = len(values) if isinstance(values, list) else type(values).__name__
+        raise DumpError(f"{where}: column '{key}' has {size} values, 'responses' has {n}")
+    return values
+
+
+def _prompt_text(value: Any, key: str, where: str) -> str:
+    """`prompt` text, or `messages` (a list of {role, content}, or its JSON text) joined."""
+    if key == "prompt":
+        return as_text(value, key, where)
+    messages = value
+    if isinstance(value, str):
+        try:
+            messages = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise DumpError(f"{where}: column 'messages' is not a list of chat messages")
+    return "\n".join(str(m.get("content", "")) for m in messages)
+
+
+def _facts(params: list[Any] | None, where: str) -> FormatFacts:
+    """The generation config of the first response (one batch, one config)."""
+    if not params:
+        return FormatFacts()
+    try:
+        meta = json.loads(params[0]) if isinstance(params[0], str) else params[0]
+        config = meta.get("generation_config") or {}
+    except (json.JSONDecodeError, AttributeError):
+        raise DumpError(f"{where}: column 'sampling_params' is not JSON of the batch meta_info") from None
+    facts = FormatFacts()
+    if config.get("max_new_tokens") is not None and config["max_new_tokens"] > 0:
+        facts.max_tokens = as_int(config["max_new_tokens"], "generation_config.max_new_tokens", where)
+    if config.get("num_return_sequences") is not None:
+        n = config["num_return_sequences"]
+        facts.group_size = as_int(n, "generation_config.num_return_sequences", where)
+    if config.get("temperature") is not None:
+        facts.temperature = as_float(config["temperature"], "generation_config.temperature", where)
+    return facts
+
+
+def _merge(a: FormatFacts, b: FormatFacts, where: str) -> FormatFacts:
+    for name in ("max_tokens", "group_size", "temperature"):
+        old, new = getattr(a, name), getattr(b, name)
+        if old is not None and new is not None and old != new:
+            raise DumpError(f"{where}: generation_config {name} {new} differs from earlier steps' {old}")
+        setattr(a, name, old if old is not None else new)
+    return a
+
+
+def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
+    tok = load_tokenizer(opts.tokenizer, "roll")
+    what = "ROLL dump files (rollout_dump_data.step_N.jsonl)"
+    files = find_files(paths, lambda p: bool(_NAME.match(p.name)), what)
+    rows, facts = RowSet(files=files), FormatFacts()
+    rows.response_tokens, rows.prompt_tokens = [], []
+    for path in files:
+        for number, obj in json_lines(path):
+            where = f"{path} line {number}"
+            responses = get(obj, "responses", where)
+            if not isinstance(responses, list):
+                raise DumpError(f"{where}: column 'responses' is not a list")
+            n = len(responses)
+            facts = _merge(facts, _facts(_column(obj, "sampling_params", n, where), where), where)
+            budget = opts.max_tokens if opts.max_tokens is not None else facts.max_tokens
+            key = next((k for k in ("prompt", "messages") if k in obj), None)
+            if key is None:
+                raise DumpError(f"{where}: columns 'prompt' and 'messages' both missing")
+            texts = [_prompt_text(v, key, where) for v in _column(obj, key, n, where) or []]
+            ids = _column(obj, "id", n, where) or texts
+            steps = _column(obj, "global_step", n, where)
+            if steps is None:
+                raise DumpError(f"{where}: column 'global_step' missing")
+            scores = _column(obj, "scores", n, where)
+            prompts = tok.encode(texts)
+            outs = tok.encode([as_text(r, "responses", where) for r in responses])
+            for i in range(n):
+                if not prompts[i]:
+                    raise DumpError(f"{where}: column '{key}'[{i}] encodes to no tokens")
+                gen, truncated = response_ids(tok, outs[i], budget)
+                if not gen:
+                    raise DumpError(f"{where}: column 'responses'[{i}] is empty and the tokenizer has no EOS")
+                rows.add(
+                    f"{where} response {i}",
+                    step=as_int(steps[i], "global_step", where),
+                    group=str(ids[i]),
+                    prompt=texts[i],
+                    order=i,
+                    prompt_len=len(prompts[i]),
+                    response_len=len(gen),
+                    truncated=truncated,
+                    reward=None if scores is None else as_float(scores[i], "scores", where),
+                )
+                rows.prompt_tokens.append(prompts[i])
+                rows.response_tokens.append(gen)
+    rows.notes["tokens"] = "encoded again from the dump's decoded text"
+    return rows, facts

@@ -1,0 +1,125 @@
+"""slime: the files `--save-debug-rollout-data PATH_TEMPLATE` writes, one per rollout.
+
+Followed: THUDM/slime @ 624b824a (v0.3.1-38, Aug 2026), `slime/observability/rollout_data_utils.py`,
+`save_debug_rollout_data`, and `slime/utils/types.py`, `Sample.to_dict`. Each file is a
+`torch.save` of ``{"rollout_id": N, "samples": [Sample.to_dict(), ...]}`` named by the
+template (`{rollout_id}` filled in; evaluation files get `eval_` before the id and are
+skipped when a directory is given). A sample dict holds, among others,
+
+- `group_index`, `index`: the prompt group and the sample's running index;
+- `prompt` (text or chat messages), `tokens` (prompt + response ids), `response_length`;
+- `reward` (a number, or a dict when a reward key picks the value);
+- `status`: "completed", "truncated", "aborted", "failed" or "pending".
+
+The step is `rollout_id`; the response is the last `response_length` ids of `tokens`;
+`status == "truncated"` marks a response cut at its budget (`--max-tokens`,
+`--rollout-max-response-len`, is not dumped). A prompt's id is the hash of its prompt ids,
+so it is the same in every rollout (group indices run on). Rewards that are dicts are left
+out. Epochs: `--steps-per-epoch`.
+
+Only ``torch.load(path, weights_only=True)`` is used: unpickling runs code, and a dump is
+someone else's file. A file that needs more than tensors and plain containers is refused.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from simctl.traces.importers.common import (
+    DumpError,
+    FormatFacts,
+    ImportOptions,
+    RowSet,
+    as_float,
+    as_int,
+    as_token_ids,
+    find_files,
+    get,
+)
+
+UPSTREAM = "THUDM/slime@624b824a slime/observability/rollout_data_utils.py (save_debug_rollout_data)"
+_NAME = re.compile(r"^(?!eval_).*\.pt$")
+
+
+def load(path: Path) -> Any:
+    """The file's object through torch's restricted unpickler, or a one-line refusal."""
+    try:
+        import torch
+    except ImportError:
+        raise DumpError("slime dumps are torch files: pip install 'simctl[torch]'") from None
+    try:
+        with warnings.catch_warnings():  # torch warns about pickle protocols it then refuses
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DumpError(
+            f"{path}: refused: only torch.load(weights_only=True) loading is allowed, and it "
+            f"failed ({first[:160]})"
+        ) from None
+
+
+def _plain(value: Any) -> Any:
+    """Tensors (weights_only allows them) as lists and numbers."""
+    return value.tolist() if hasattr(value, "tolist") and not isinstance(value, list) else value
+
+
+def _sample(rows: RowSet, sample: Any, step: int, i: int, where: str) -> tuple[list[int], list[int]]:
+    """Adds one sample to `rows`; returns its (prompt ids, response ids)."""
+    if not isinstance(sample, dict):
+        raise DumpError(f"{where}: samples[{i}] is {type(sample).__name__}, expected a dict")
+    at = f"{where} sample {i}"
+    tokens = as_token_ids(_plain(get(sample, "tokens", at)), "tokens", at)
+    length = as_int(_plain(get(sample, "response_length", at)), "response_length", at)
+    if not 1 <= length < len(tokens):
+        raise DumpError(
+            f"{at}: field 'response_length' {length} must be in 1..{len(tokens) - 1} "
+            f"('tokens' has {len(tokens)} ids, the prompt's first)"
+        )
+    prompt = tuple(tokens[: len(tokens) - length])
+    group = sample.get("group_index")
+    reward = _plain(sample.get("reward"))
+    status = sample.get("status")
+    if status is not None and not isinstance(status, str):
+        raise DumpError(f"{at}: field 'status' is {type(status).__name__}, expected text")
+    order = sample.get("index")
+    rows.add(
+        at,
+        step=step,
+        group=prompt if group is None else as_int(_plain(group), "group_index", at),
+        prompt=prompt,
+        order=i if order is None else as_int(_plain(order), "index", at),
+        prompt_len=len(prompt),
+        response_len=length,
+        truncated=None if status is None else status == "truncated",
+        reward=as_float(reward, "reward", at) if isinstance(reward, int | float) else None,
+    )
+    return list(prompt), tokens[len(prompt) :]
+
+
+def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
+    files = find_files(paths, lambda p: bool(_NAME.match(p.name)), "slime dump files (*.pt)")
+    rows = RowSet(files=files)
+    prompts: list[list[int]] = []
+    responses: list[list[int]] = []
+    for path in files:
+        pack = load(path)
+        where = str(path)
+        if not isinstance(pack, dict):
+            kind = type(pack).__name__
+            raise DumpError(f"{path}: holds {kind}, expected a dict with 'rollout_id' and 'samples'")
+        step = as_int(_plain(get(pack, "rollout_id", where)), "rollout_id", where)
+        samples = get(pack, "samples", where)
+        if not isinstance(samples, list) or not samples:
+            raise DumpError(f"{path}: field 'samples' is not a non-empty list")
+        for i, sample in enumerate(samples):
+            prompt, response = _sample(rows, sample, step, i, where)
+            prompts.append(prompt)
+            responses.append(response)
+    rows.prompt_tokens, rows.response_tokens = prompts, responses
+    if any(r is None for r in rows.reward):
+        rows.reward = [None] * len(rows)
+    return rows, FormatFacts()

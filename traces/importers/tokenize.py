@@ -1,0 +1,65 @@
+"""Token counts for dumps that record decoded text only (verl, ROLL).
+
+Those frameworks decode the generated ids with ``skip_special_tokens=True`` before writing,
+so the ids themselves are gone; encoding the text again with the rollout model's tokenizer
+gives the same ids wherever the tokenizer round-trips (the usual case for BPE tokenizers),
+and the end-of-sequence token the decode dropped is added back to a response that stopped
+before its budget. Only a local Hugging Face tokenizer directory is read (no hub access):
+simulation runs offline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simctl.traces.importers.common import DumpError
+
+
+@dataclass
+class TextTokenizer:
+    """A loaded tokenizer: batch encoding without added special tokens, and its EOS id."""
+
+    hf: Any
+    eos_id: int | None
+    path: Path
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Ids of each text, as the model would have generated them (no BOS added)."""
+        if not texts:
+            return []
+        return [list(ids) for ids in self.hf(texts, add_special_tokens=False)["input_ids"]]
+
+
+def load_tokenizer(path: Path | None, fmt: str) -> TextTokenizer:
+    """`--tokenizer DIR`, required by formats whose dumps hold text only."""
+    if path is None:
+        raise DumpError(
+            f"{fmt} dumps record decoded text, not token counts; pass --tokenizer DIR "
+            "(a local Hugging Face tokenizer directory of the rollout model)"
+        )
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise DumpError("--tokenizer needs transformers: pip install 'simctl[torch]'") from None
+    if not path.is_dir():
+        raise DumpError(f"{path}: --tokenizer must be a local Hugging Face tokenizer directory")
+    try:
+        hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DumpError(f"{path}: cannot load a tokenizer from this directory ({first})") from None
+    eos = getattr(hf, "eos_token_id", None)
+    return TextTokenizer(hf=hf, eos_id=eos if isinstance(eos, int) else None, path=path)
+
+
+def response_ids(tok: TextTokenizer, ids: list[int], budget: int | None) -> tuple[list[int], bool | None]:
+    """(generated ids, truncated) of one decoded response: ids that fill the budget were cut
+    there; a shorter response stopped at the EOS token the decoding dropped, which is added
+    back (where the tokenizer has one). Without a budget the ending stays unknown."""
+    if budget is not None and len(ids) >= budget:
+        return ids[:budget], True
+    if tok.eos_id is not None:
+        return [*ids, tok.eos_id], False if budget is not None else None
+    return ids, None
