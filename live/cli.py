@@ -141,7 +141,8 @@ def _progress() -> Progress:
     "use_ray",
     is_flag=True,
     help="Run each worker's engine in its own Ray actor (one GPU each with --device cuda, "
-    "else one CPU), e.g. for workers on several GPUs or nodes; default: in-process.",
+    "else one CPU), e.g. for workers on several nodes; default: one process per worker on "
+    "this host (one GPU each with --device cuda).",
 )
 @click.option(
     "--lockstep",
@@ -323,8 +324,10 @@ def runtime_factory(spec: BackendSpec, e: EngineOptions) -> RuntimeFactory | Non
 
         resources = {"num_gpus": 1.0} if e.device == "cuda" else {"num_cpus": 1.0}
         return lambda n, policy: RayRuntime(spec, n, policy, resources=resources, address=e.ray_address)
-    from simctl.live.runtimes import ProcessRuntime
+    from simctl.live.runtimes import ProcessRuntime, one_gpu_each
 
+    if e.device == "cuda":
+        return lambda n, policy: ProcessRuntime(spec, n, policy, worker_env=one_gpu_each)
     return lambda n, policy: ProcessRuntime(spec, n, policy)
 
 

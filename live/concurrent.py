@@ -102,17 +102,21 @@ class ConcurrentExecutor(LiveExecutor):
     def _report(self, w: LiveWorker, msg: tuple[Any, ...]) -> None:
         """One iteration's report: the lockstep executor's accounting, at real times."""
         _, _, deltas, timing, t_start, t_end, cpu_s, notes = msg
-        if t_start < self._t0:  # from before this step (a dispatch aborted at its end)
+        c, acct = self.cluster, self._step_accounts()
+        engine_s = t_end - t_start
+        current = self.loops[w.id].receive(deltas, timing, engine_s)
+        if not current and (not w.running or t_start < self._t0):
+            # only dispatches aborted before this report arrived (e.g. the losing copies at
+            # the previous step's end): no request of this step is in it
             self.stray_reports += 1
             return
-        c, acct = self.cluster, self._step_accounts()
         p0 = time.perf_counter()
         policy_before = acct.policy_s
         c.note(notes)
-        engine_s = t_end - t_start
-        current = self.loops[w.id].receive(deltas, timing, engine_s)
         c.now = max(c.now, self._clock())
         shape = self._batch_shape(w)
+        # the engine's own timestamps: on another node they are off by the clocks' skew
+        # (rows only; events and the makespan use the controller's clock)
         w.clock = t_end - self._t0
         seg = self._after_iteration(w, shape, current, timing, (t_start - self._t0, engine_s, cpu_s))
         seg[2] = w.clock

@@ -426,7 +426,11 @@ class LiveExecutor:
         step = self.cluster.step_no
         key = f"{step}/{r.spec_in.prompt_id}/{r.spec_in.sample}"
         group = (step, r.spec_in.prompt_id)
-        notes = w.engine.add(r.id, key, prompt, r.dispatch_end - r.generated, spec, group)
+        budget = r.dispatch_end - r.generated
+        if r.spec_in.acceptance is None:
+            notes = w.engine.add(r.id, key, prompt, budget, spec, group)
+        else:  # a replayed trace's acceptance, verified at its rates (live/trace_acceptance.py)
+            notes = w.engine.add(r.id, key, prompt, budget, spec, group, acceptance=r.spec_in.acceptance)
         w.prefill_tokens += len(prompt)
         r.running_spec = spec
         self.cluster.note(notes)

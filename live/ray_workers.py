@@ -1,13 +1,16 @@
-"""Rollout workers as Ray actors, for runs whose engines do not fit one process: one engine
-per GPU (or per node) in its own actor, driven by the same executor as in-process workers.
+"""Rollout workers as Ray actors, for runs whose engines do not fit one host: one engine
+per GPU (or per node) in its own actor.
 
-Each actor builds its engine itself from a picklable zero-argument `factory` (loading the
-model on its own device: weights never travel through the driver) and answers the
-`EngineWorker` calls. The executor still steps one worker at a time in the order of their
-virtual clocks (see `live/executor.py`), so decisions and recorded traces are the same as
-in-process; what changes is where engines run. An iteration's time is measured inside the
-actor (`StepTiming.engine_s`), so the remote-call round trip (about a millisecond) is not
-charged to the engine.
+Two ways to drive them. Concurrent (`RayRuntime`, `simctl live --ray`'s default): each
+actor runs its engine's own loop in a background thread (live/engine_loop.py) and reports
+every iteration to one Ray queue; the controller (live/concurrent.py) answers each report
+by a `command` call, which the actor applies between iterations. Lockstep (`RayBackend`,
+with `--lockstep`): the executor steps one worker at a time in virtual-clock order through
+synchronous calls (`RayWorker`), so decisions and recorded traces are those of in-process
+engines. Either way each actor builds its engine itself from a picklable zero-argument
+`factory` (the model loads on the actor's own device: weights never travel through the
+driver), and an iteration's time is measured inside the actor, so the remote-call round
+trip is not charged to the engine.
 
 `ray` is an optional dependency (the `live` extra); importing this module without it is
 fine, using it raises a one-line error.
@@ -22,6 +25,7 @@ from typing import Any
 
 from simctl.live.backend import Delta, EngineWorker, StepTiming
 from simctl.live.capabilities import TORCH_DRAFT_METHODS
+from simctl.live.errors import first_line
 from simctl.live.trace_acceptance import TraceAcceptance
 from simctl.policies.contract import Capability, Policy, SpecConfig
 
@@ -39,6 +43,17 @@ def require_ray() -> Any:
             "--ray needs the 'ray' package: pip install -e '.[live]' (or pip install ray)"
         ) from None
     return ray
+
+
+def check_resources(ray: Any, resources: dict[str, float], n: int) -> None:
+    """`RayUnavailable` (one line) when the cluster cannot hold `n` actors of `resources`."""
+    available = ray.cluster_resources()
+    for res, amount in resources.items():
+        key = {"num_cpus": "CPU", "num_gpus": "GPU"}.get(res, res)
+        if available.get(key, 0.0) < amount * n:
+            raise RayUnavailable(
+                f"ray cluster has {available.get(key, 0.0):g} {key}, {n} workers need {amount * n:g}"
+            )
 
 
 class EngineHost:
@@ -158,13 +173,7 @@ class RayBackend:
                 configure_logging=False,
                 **self.init_kwargs,
             )
-        available = ray.cluster_resources()
-        for res, amount in self.resources.items():
-            key = {"num_cpus": "CPU", "num_gpus": "GPU"}.get(res, res)
-            if available.get(key, 0.0) < amount * n:
-                raise RayUnavailable(
-                    f"ray cluster has {available.get(key, 0.0):g} {key}, {n} workers need {amount * n:g}"
-                )
+        check_resources(ray, self.resources, n)
         self.shutdown_actors()
         host = ray.remote(**self.resources)(EngineHost)
         self._actors = [host.remote(self.factory, policy) for _ in range(n)]
@@ -193,7 +202,11 @@ class LoopHost:
         from simctl.live.engine_loop import drain, run_loop
 
         self._inbox: queue.Queue[list[Any]] = queue.Queue()
-        engine = factory().engines(1, policy)[0]
+        try:
+            engine = factory().engines(1, policy)[0]
+        except Exception as exc:
+            outbox.put(("crash", worker, f"engine start failed: {type(exc).__name__}: {first_line(exc)}"))
+            raise
         outbox.put(("ready", worker))
         self._thread = threading.Thread(
             target=run_loop,
@@ -232,6 +245,7 @@ class RayRuntime:
 
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        check_resources(ray, resources or {"num_cpus": 1}, n)
         self.n = n
         self._ray = ray
         self._out = Queue()
@@ -243,8 +257,10 @@ class RayRuntime:
         ready: set[int] = set()
         while len(ready) < n:
             msg = self.receive(start_timeout_s)
-            if msg is None:
+            if msg is None or msg[0] == "crash":
                 self.close()
+                if msg is not None:
+                    raise RayUnavailable(f"worker {msg[1]}: {msg[2]}")
                 raise RayUnavailable(
                     f"ray: {n - len(ready)} engine actor(s) not ready after {start_timeout_s:g} s"
                 )

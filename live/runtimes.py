@@ -97,9 +97,15 @@ class ThreadRuntime:
 
 
 def _process_main(
-    factory: Callable[[], Any], policy: Policy | None, worker: int, inbox: Any, report: Connection
+    factory: Callable[[], Any],
+    policy: Policy | None,
+    worker: int,
+    inbox: Any,
+    report: Connection,
+    env: dict[str, str],
 ) -> None:
     """A worker process: build the engine, say so, loop."""
+    os.environ.update(env)
     os.environ[WORKER_ENV] = str(worker)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     try:
@@ -114,7 +120,8 @@ def _process_main(
 class ProcessRuntime:
     """One process per engine on this host, each building its engine from `factory` (a
     picklable zero-argument callable returning a `Backend`, e.g. `BackendSpec`): weights
-    load in every process, nothing is shared but the cores.
+    load in every process, nothing is shared but the cores. `worker_env(w)` is extra
+    environment for worker w's process (e.g. its own CUDA_VISIBLE_DEVICES).
 
     Each worker reports through a pipe of its own, never a queue shared by all: a process
     killed while writing would hold a shared queue's lock forever and silence the others.
@@ -122,7 +129,12 @@ class ProcessRuntime:
     which is how a death is noticed even before its exit code is."""
 
     def __init__(
-        self, factory: Callable[[], Any], n: int, policy: Policy | None, start_timeout_s: float = 900.0
+        self,
+        factory: Callable[[], Any],
+        n: int,
+        policy: Policy | None,
+        start_timeout_s: float = 900.0,
+        worker_env: Callable[[int], dict[str, str]] = lambda _w: {},
     ) -> None:
         ctx = mp.get_context("spawn")
         self.n = n
@@ -134,7 +146,7 @@ class ProcessRuntime:
         self._procs = [
             ctx.Process(
                 target=_process_main,
-                args=(factory, _picklable(policy), w, self._inbox[w], pipes[w][1]),
+                args=(factory, _picklable(policy), w, self._inbox[w], pipes[w][1], worker_env(w)),
                 name=f"simctl-engine-{w}",
                 daemon=True,
             )
@@ -228,3 +240,16 @@ def _picklable(policy: Policy | None) -> Policy | None:
     except Exception:
         return None
     return policy
+
+
+def one_gpu_each(worker: int) -> dict[str, str]:
+    """Worker w's process sees one GPU: the w-th of those this process sees (round robin
+    when there are more workers than GPUs)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        ids = [d for d in visible.split(",") if d.strip()]
+    else:
+        import torch
+
+        ids = [str(i) for i in range(max(1, torch.cuda.device_count()))]
+    return {"CUDA_VISIBLE_DEVICES": ids[worker % len(ids)]}

@@ -120,9 +120,10 @@ def sample_rows(logits: Any, keys: list[int], positions: list[int], temperatures
     row in float64, so a row's sample does not depend on the other rows."""
     import torch
 
-    scores = logits.to(torch.float64) / torch.tensor(temperatures, dtype=torch.float64).unsqueeze(-1)
+    f64 = {"dtype": torch.float64, "device": logits.device}  # CPU or GPU alike
+    scores = logits.to(torch.float64) / torch.tensor(temperatures, **f64).unsqueeze(-1)
     cdf = torch.softmax(scores, dim=-1).cumsum(dim=-1)
-    u = torch.tensor([keyed_uniform(k, p) for k, p in zip(keys, positions, strict=True)], dtype=torch.float64)
+    u = torch.tensor([keyed_uniform(k, p) for k, p in zip(keys, positions, strict=True)], **f64)
     target = (u * cdf[:, -1]).unsqueeze(-1)
     idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     return idx.clamp(max=logits.shape[-1] - 1).tolist()

@@ -46,24 +46,27 @@ def expand_kernel_impl(output, input_val, cu_num_tokens, replace_from, replace_t
 
 
 def register() -> None:
-    """Install the fixes on the CPU platform (a no-op elsewhere)."""
+    """Install position-keyed sampling on every platform (what keeps re-dispatched streams
+    unchanged and carries a replayed trace's acceptance, live/vllm_keyed_sampling.py), and
+    the CPU platform's fixes on CPU only."""
     try:
         from vllm.platforms import current_platform
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ImportError:  # not a vLLM build this knows
+        return
+    from simctl.live.vllm_keyed_sampling import install
 
-        if not current_platform.is_cpu():
-            return
+    install(GPUModelRunner)
+    if not current_platform.is_cpu():
+        return
+    try:
         import vllm.utils.cpu_triton_utils as cpu_tl
         from vllm.platforms.cpu import CpuPlatform
-    except ImportError:  # not this vLLM build: nothing to fix
+    except ImportError:  # not this CPU build: nothing to fix
         return
     cpu_tl._expand_kernel_impl = expand_kernel_impl
     _swap_registered_impl()
     _register_overrides_once(CpuPlatform)
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-    from simctl.live.vllm_keyed_sampling import install
-
-    install(GPUModelRunner)
     install_rewind_fix(GPUModelRunner)
 
 

@@ -9,6 +9,7 @@ event stream is consistent, a lost worker does no more work, the recording valid
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -90,14 +91,15 @@ def test_policies_run_concurrently_in_threads(name: str, workload: Workload) -> 
     ex = _run(spy, ThreadRuntime([SlowEngine() for _ in range(3)]), workload)
     _check_complete(ex, spy, workload)
     times = [e.time_s for e, _ in spy.log]
-    for (step, a), (_, b) in zip(_with_step(spy.log), _with_step(spy.log)[1:]):
+    steps = _with_step(spy.log)
+    for (step, a), (_, b) in itertools.pairwise(steps):
         if not isinstance(b, StepStarted):
             assert b.time_s >= a.time_s, (step, a, b)  # arrival order is time order
     assert max(times) > 0
     assert len(ex.reaction_s) == sum(len(r.iterations) for r in ex.records) + ex.stray_reports
     for rec in ex.records:
         for row in rec.iterations:  # (worker, start, engine_s, ...) at real times
-            assert 0.0 <= row[1] and row[1] + row[2] <= rec.makespan_s + 0.5
+            assert row[1] >= 0.0 and row[1] + row[2] <= rec.makespan_s + 0.5
 
 
 def test_injected_loss_in_threads(workload: Workload) -> None:
