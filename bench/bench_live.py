@@ -1,4 +1,5 @@
-"""Live executor vs simulator (issue 5). Run: .venv/bin/python bench/bench_live.py [--repeats 3]
+"""Live executor vs simulator (issues 5, 14). Run: .venv/bin/python bench/bench_live.py [--repeats 3]
+(vLLM: .venv-vllm/bin/python bench/bench_live.py --backend vllm --workers 2 --prompts-per-step 32)
 
 One pipeline, each stage a `simctl` command run in its own process (as a user would):
 1. `simctl calibrate` of the torch backend on the model -> a profile;
@@ -186,6 +187,8 @@ def _fmt(v: tuple[float, float, float], mid: str, ends: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--backend", default="torch", choices=["torch", "vllm"])
+    ap.add_argument("--lockstep", action="store_true", help="Live runs in lockstep (default: concurrent).")
     ap.add_argument("--policy", action="append", dest="policies")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--prompts-per-step", type=int, default=4)
@@ -216,6 +219,8 @@ def main() -> None:
         batches = ",".join(map(str, batch_grid(max_batch)))
         simctl(
             "calibrate",
+            "--backend",
+            a.backend,
             "--model",
             a.model,
             "--batches",
@@ -233,6 +238,8 @@ def main() -> None:
     for i in range(1, a.repeats + 1):
         rep = root / f"rep{i}"
         live_args = [
+            "--backend", a.backend,
+            *(["--lockstep"] if a.lockstep else []),
             "--model", a.model,
             "--workers", str(a.workers),
             "--prompts-per-step", str(a.prompts_per_step),

@@ -22,7 +22,7 @@ from simctl.live.capabilities import (
     VLLM_DRAFT_METHODS,
 )
 from simctl.live.errors import LiveError
-from simctl.live.models import LoadedModel, load_model
+from simctl.live.models import LoadedModel, load_model, model_dir
 from simctl.policies.contract import Capability
 
 # (the rollout model, the small draft model or None), loaded by the caller
@@ -98,11 +98,13 @@ def _torch_backend(spec: BackendSpec, models: LoadedModels | None) -> Backend:
 def _vllm_backend(spec: BackendSpec, models: LoadedModels | None) -> Backend:
     from simctl.live.vllm_backend import VllmBackend
 
-    loaded = load_model(spec.model, device="cpu", seed=spec.seed) if models is None else models[0]
-    if loaded.path is None:
+    if spec.model.startswith("random:"):
         raise LiveError("backend 'vllm' needs a model directory (smollm2 or a HF dir), not random:")
+    # vLLM loads the weights itself: only the directory is needed here
+    path = str(model_dir(spec.model)[0]) if models is None else models[0].path
+    assert path is not None
     return VllmBackend(
-        loaded.path,
+        path,
         spec.seed,
         spec.temperature,
         spec.stop_on_eos,

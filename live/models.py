@@ -119,6 +119,19 @@ def smollm2_dir() -> Path:
     return dest
 
 
+def model_dir(name: str) -> tuple[Path, str]:
+    """(HF directory, catalogue name) of a real model `name` (smollm2 or a directory),
+    without loading it: what an engine that loads weights itself (vLLM) needs."""
+    if name.lower() in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
+        return smollm2_dir(), SMOLLM2_CATALOGUE
+    path = Path(name).expanduser()
+    if not (path / "config.json").is_file():
+        raise ModelError(
+            f"model '{name}' not found: expected smollm2, random:<config> or a HF model directory"
+        )
+    return path, _catalogue_name(path)
+
+
 def load_model(name: str, *, device: str = "cpu", seed: int = 0) -> LoadedModel:
     """Resolve and load `name` (see the module docstring) in fp32: bf16 matmuls on an
     AVX2-only CPU take slow paths, and the engine's tests assume fp32 numerics."""
@@ -134,15 +147,7 @@ def load_model(name: str, *, device: str = "cpu", seed: int = 0) -> LoadedModel:
             raise ModelError(f"unknown random model '{name}'; known: random:{{{known}}}")
         model = random_model(cfg, seed=seed, device=device, dtype=torch.float32)
         return LoadedModel(name, RANDOM_CATALOGUE.get(cfg, "unknown"), model, None, None)
-    if name.lower() in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
-        path, catalogue = smollm2_dir(), SMOLLM2_CATALOGUE
-    else:
-        path = Path(name).expanduser()
-        if not (path / "config.json").is_file():
-            raise ModelError(
-                f"model '{name}' not found: expected smollm2, random:<config> or a HF model directory"
-            )
-        catalogue = _catalogue_name(path)
+    path, catalogue = model_dir(name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
