@@ -147,6 +147,8 @@ def _synth_step(policy: tuple, step: int, lens: np.ndarray, shape: dict, rng: np
             "drafted": spec_iters * gamma,
             "accepted": accepted,
             "spec_iters": spec_iters,
+            "start_s": np.zeros(n),  # one batch per worker, admitted at the step start
+            "first_token_s": 0.025 + 0.0001 * counts[worker],  # its first iteration
         },
         "timeline": {
             "worker": w_sorted,

@@ -101,6 +101,10 @@ def _vllm_backend(spec: BackendSpec, models: LoadedModels | None) -> Backend:
     if spec.model.startswith("random:"):
         raise LiveError("backend 'vllm' needs a model directory (smollm2 or a HF dir), not random:")
     # vLLM loads the weights itself: only the directory is needed here
+    if models is None:  # a worker's own process: its torch threads, as `simctl live` sets its own
+        import torch
+
+        torch.set_num_threads(spec.threads)
     path = str(model_dir(spec.model)[0]) if models is None else models[0].path
     assert path is not None
     return VllmBackend(

@@ -420,6 +420,7 @@ class LiveExecutor:
 
     def _start(self, r: LiveRequest, w: LiveWorker) -> None:
         r.state = "running"
+        r.start_s = w.clock if r.start_s is None else r.start_s  # first admission
         w.running.append(r.id)
         spec = self.cluster.effective(r, w)
         prompt = [*r.spec_in.prompt, *r.tokens]

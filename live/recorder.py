@@ -319,10 +319,23 @@ def requests_frame(run: LiveRun) -> pd.DataFrame:
                     "accepted": np.array([r.accepted for r in rs], np.int64) + extra["accepted"],
                     "spec_iters": np.array([r.spec_iters for r in rs], np.int64) + extra["spec_iters"],
                     "replicas": extra["replicas"].astype(np.int32),
+                    "start_s": _earliest(rec, "start_s"),
+                    "first_token_s": _earliest(rec, "first_token_s"),
                 }
             )
         )
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _earliest(rec: StepRecord, attr: str) -> np.ndarray:
+    """Per request: the earliest `attr` time of it and its Fastest-of-N replicas (NaN: none)."""
+    out = np.full(rec.n_requests, np.inf)
+    for r in rec.requests:
+        t = getattr(r, attr)
+        if t is not None and r.origin < rec.n_requests:
+            out[r.origin] = min(out[r.origin], t)
+    out[np.isinf(out)] = np.nan
+    return out
 
 
 def timeline_frame(run: LiveRun) -> pd.DataFrame:

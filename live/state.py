@@ -48,6 +48,7 @@ class LiveRequest:
     spec_iters: int = 0
     spec_tokens: int = 0
     submit_s: float | None = None
+    start_s: float | None = None  # first admitted into a worker's running batch
     first_token_s: float | None = None
     finish_s: float | None = None
     finish_reason: str | None = None

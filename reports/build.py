@@ -25,8 +25,15 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from simctl.reports.breakdown import breakdown_table
 from simctl.reports.context import Context, FigureOut
 from simctl.reports.errors import Notes, ReportError
+from simctl.reports.fig_breakdown import (
+    breakdown_figure,
+    busy_figure,
+    request_times_figure,
+    step_breakdown_figure,
+)
 from simctl.reports.fig_dynamics import acceptance_figure, completion_figure, load_figure, speculation_figure
 from simctl.reports.fig_simlive import simlive
 from simctl.reports.fig_steps import steps_figure
@@ -48,6 +55,10 @@ FAMILIES: tuple[tuple[str, Callable[[Context], list[FigureOut]]], ...] = (
     ("figure: completion CDF", completion_figure),
     ("figure: acceptance length", acceptance_figure),
     ("figure: speculation", speculation_figure),
+    ("figure: makespan breakdown", breakdown_figure),
+    ("figure: step breakdown", step_breakdown_figure),
+    ("figure: GPU busy fraction", busy_figure),
+    ("figure: request start and first token", request_times_figure),
     ("figure: worker timelines", gantt_figures),
 )
 
@@ -196,13 +207,17 @@ def build_report(
         headline = headline_table(study, baseline, notes)
         per_step = per_step_table(study, baseline)
         figures, sl_table = _render_all(ctx)
-        tables = [headline, per_step] + ([sl_table] if sl_table is not None else [])
+        breakdown = breakdown_table(ctx.breakdown, chosen) if ctx.breakdown else None
+        tables = [headline, per_step] + [t for t in (sl_table, breakdown) if t is not None]
         table_files = {
             t.name: [p.relative_to(tmp).as_posix() for p in t.write(tmp / "tables")] for t in tables
         }
         meta = _report_meta(workers, reason)
         page = render(
-            PageInput(study, chosen, baseline, headline, sl_table, figures, table_files, notes, meta), tmp
+            PageInput(
+                study, chosen, baseline, headline, sl_table, figures, table_files, notes, meta, breakdown
+            ),
+            tmp,
         )
         (tmp / "index.html").write_text(page, encoding="utf-8")
         summary = {

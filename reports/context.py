@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,8 @@ class FigureOut:
     title: str
     caption: str
     path: Path
+    # Non-empty: the page folds the figure behind a control with this text (details/summary)
+    collapsed: str = ""
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Context:
     notes: Notes
     workers: int | None = None
     styles: dict[str, LineStyle] = field(default_factory=dict)
+    breakdown: list[Any] = field(default_factory=list)  # breakdown.PhaseSeconds, by its figure
     _step_cache: dict[tuple[int, str, int], pd.DataFrame] = field(default_factory=dict)
     _agg_cache: dict[int, pd.DataFrame] = field(default_factory=dict)
 
@@ -104,7 +108,8 @@ class Context:
         return agg
 
     def num_workers(self, s: Series, seen: pd.DataFrame | None = None) -> int:
-        n = s.run.provenance.get("cluster", {}).get("num_workers") if s.run.provenance else None
+        prov = s.run.provenance
+        n = (prov.get("cluster") or {}).get("num_workers") or prov.get("workers")  # sim, live
         if isinstance(n, int) and n > 0:
             return n
         return int(seen["worker"].max()) + 1 if seen is not None and len(seen) else 0

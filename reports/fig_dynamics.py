@@ -58,7 +58,7 @@ def load_figure(ctx: Context) -> list[FigureOut]:
     for ax in (ax_run, ax_kv):
         ax.set_ylim(bottom=0)
         ax.set_xlim(0, grid[-1])
-    legend(ax_run, loc="upper right")
+    legend(ax_run)
     path = save(fig, ctx.fig_dir / "running-kv.png")
     caption = (
         "Sum over workers of running requests and of KV tokens held at segment start; "
@@ -97,7 +97,7 @@ def completion_figure(ctx: Context) -> list[FigureOut]:
         ylim=(0, 1.02),
     )
     ax.set_xlim(left=0)
-    legend(ax, loc="lower right")
+    legend(ax)
     path = save(fig, ctx.fig_dir / "completion-cdf.png")
     caption = "Dotted line: 90% of requests; time after it is the tail."
     return [FigureOut("dynamics", path.stem, "Request completion", caption, path)]
@@ -153,7 +153,7 @@ def acceptance_figure(ctx: Context) -> list[FigureOut]:
     )
     if not drawn:
         ax_time.text(0.5, 0.5, "no per-request data", transform=ax_time.transAxes, ha="center")
-    legend(ax_steps, loc="best")
+    legend(ax_steps)
     path = save(fig, ctx.fig_dir / "acceptance.png")
     caption = (
         "Left: across steps (drafter quality drifts as the policy model is updated). Right: requests of "
@@ -211,7 +211,7 @@ def speculation_figure(ctx: Context) -> list[FigureOut]:
         ax.set_ylim(bottom=0)
     for ax in (ax_son, ax_sg):
         step_axis(ax)
-    legend(ax_on, loc="best")
+    legend(ax_on)
     path = save(fig, ctx.fig_dir / "speculation.png")
     caption = (
         "From the timeline's per-segment mean draft length (γ = 0: no speculation). Top: the chosen "

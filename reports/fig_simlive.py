@@ -114,7 +114,7 @@ def simlive(ctx: Context) -> tuple[list[FigureOut], Table | None]:
     for ax in flat:
         ax.set_ylim(bottom=0)
         step_axis(ax)
-    legend(flat[0], loc="best")
+    legend(flat[0])
     path = save(fig, ctx.fig_dir / "sim-vs-live.png")
     figs = [
         FigureOut(
@@ -163,6 +163,6 @@ def _cdf_overlay(ctx: Context, pairs: list[Pair]) -> list[FigureOut]:
         ylim=(0, 1.02),
     )
     ax.set_xlim(left=0)
-    legend(ax, loc="lower right")
+    legend(ax)
     path = save(fig, ctx.fig_dir / "sim-vs-live-cdf.png")
     return [FigureOut("simlive", path.stem, "Completion CDF: simulated vs measured", "", path)]

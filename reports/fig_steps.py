@@ -38,7 +38,7 @@ def steps_figure(ctx: Context) -> list[FigureOut]:
         ax.set_ylim(bottom=0)
     for ax in (ax_mk, ax_st, ax_sp):
         step_axis(ax)
-    legend(ax_mk, loc="best")
+    legend(ax_mk)
     path = save(fig, ctx.fig_dir / "steps.png")
     caption = (
         f"{nsteps} step(s). Speedup divides the baseline's makespan at the same step "

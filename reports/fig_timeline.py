@@ -9,6 +9,10 @@ column `replicas`); white is idle.
 A 128-worker step has ~16K segments, far more than the pixels they land on. Segments are
 merged per worker into pixel-wide bins (batch time-weighted) before drawing, so the
 drawing cost is bounded by workers x pixels, not by the simulation's event count.
+
+Past SAMPLE_WORKERS workers (and without `--workers`) a series gets two charts: a sample
+of the workers, spread evenly and with the one busy last, in view, and every worker folded
+behind a control on the page (FigureOut.collapsed).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from simctl.reports.style import ROLE_COLORS, save, subplots
 
 PIXEL_BINS = 1200  # merge resolution along time
 RAW_LIMIT = 6000  # below this many segments, draw them as they are
+SAMPLE_WORKERS = 16  # past this many workers the page shows a sample, all behind a control
 
 
 def _cmap(name: str) -> LinearSegmentedColormap:
@@ -114,13 +119,27 @@ def _chosen_workers(n: int, limit: int | None) -> np.ndarray:
     return np.arange(max(limit, 1))
 
 
-def gantt_one(ctx: Context, s: Series, xmax: float, index: int) -> FigureOut | None:
+def sample_workers(seg: pd.DataFrame, n: int, k: int = SAMPLE_WORKERS) -> np.ndarray:
+    """k workers spread evenly over 0..n-1, one of them the worker busy last (the straggler
+    that sets the makespan), in id order."""
+    if n <= k:
+        return np.arange(n)
+    last = int(seg.loc[seg["t1_s"].idxmax(), "worker"]) if len(seg) else n - 1
+    spread = np.unique(np.linspace(0, n - 1, k).round().astype(int))
+    if last not in spread:
+        spread[np.argmin(np.abs(spread - last))] = last  # the nearest one gives way
+    return np.unique(spread)
+
+
+def gantt_one(ctx: Context, s: Series, xmax: float, index: int, sample: bool = False) -> FigureOut | None:
+    """One series' timeline: the workers `--workers` asks for (default all), or with
+    `sample` an evenly spread sample of SAMPLE_WORKERS of them."""
     seg = ctx.step_rows(s, "timeline")
     if seg is None or seg.empty:
         return None
     roles = ctx.step_rows(s, "roles")
     nworkers = max(ctx.num_workers(s, seg), int(seg["worker"].max()) + 1)
-    shown = _chosen_workers(nworkers, ctx.workers)
+    shown = sample_workers(seg, nworkers) if sample else _chosen_workers(nworkers, ctx.workers)
     seg = seg[seg["worker"].isin(shown)]
     end = s.makespan(ctx.step)
     end = end if np.isfinite(end) and end > 0 else float(seg["t1_s"].max())
@@ -145,19 +164,26 @@ def gantt_one(ctx: Context, s: Series, xmax: float, index: int) -> FigureOut | N
     else:
         ax.set_yticks(range(rows), [str(w) for w in shown])
     title = f"{s.label}: step {ctx.step}, makespan {end:,.1f} s"
-    if len(shown) < nworkers:
+    if sample:
+        title += f" — a sample of {len(shown)} of {nworkers} workers"
+    elif len(shown) < nworkers:
         title += f" — workers {shown[0]}..{shown[-1]} of {nworkers}"
     ax.set_title(title, loc="left")
     present = set(role_intervals(roles, end)["role"]) if roles is not None else set()
     _legend(ax, present, has_replicas)
     _colorbar(fig, ax, norm)
-    path = save(fig, ctx.fig_dir / f"gantt-{index:02d}-{slug(s.label)}.png")
+    name = f"gantt-{index:02d}-{slug(s.label)}" + ("-sample" if sample else "")
+    path = save(fig, ctx.fig_dir / f"{name}.png")
     caption = (
-        f"Each row is a worker ({rows} of {nworkers} shown); bars are busy segments shaded by batch size. "
+        f"Each row is a worker ({rows} of {nworkers} shown"
+        + (", spread evenly, with the one busy last" if sample else "")
+        + "); bars are busy segments shaded by batch size (cf. SpecActor, arXiv:2511.16193, Fig. 16). "
         "Dashed line: makespan. "
         + ("Segments merged to the chart's resolution. " if len(drawn) < len(seg) else "")
     )
-    return FigureOut("timeline", path.stem, f"Worker timeline — {s.label}", caption, path)
+    many = not sample and ctx.workers is None and nworkers > SAMPLE_WORKERS
+    fold = f"Show all {nworkers} workers of {s.label}" if many else ""
+    return FigureOut("timeline", path.stem, f"Worker timeline — {s.label}", caption, path, fold)
 
 
 def _draw_roles(ax: Axes, intervals: pd.DataFrame, ypos: dict[int, int]) -> None:
@@ -245,6 +271,9 @@ def gantt_figures(ctx: Context) -> list[FigureOut]:
         fig = gantt_one(ctx, s, xmax, i)
         if fig is None:
             ctx.notes.leave_out(f"worker timeline of {s.label}", f"no timeline rows at step {ctx.step}")
-        else:
-            out.append(fig)
+            continue
+        if fig.collapsed:  # many workers: a sample in view, every worker behind a control
+            sample = gantt_one(ctx, s, xmax, i, sample=True)
+            out += [sample] if sample is not None else []
+        out.append(fig)
     return out

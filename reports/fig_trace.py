@@ -69,8 +69,8 @@ def trace_figure(ctx: Context) -> list[FigureOut]:
     ax_s.set(title="Response length per step", xlabel="step", ylabel="tokens")
     ax_s.set_ylim(bottom=0)
     step_axis(ax_s)
-    legend(ax_h, loc="upper right")
-    legend(ax_s, loc="best")
+    legend(ax_h)
+    legend(ax_s, where="axes")
     path = save(fig, ctx.fig_dir / "trace-lengths.png")
     caption = (
         "Left: histogram (log scale), dashed = median, dotted = p99. Right: median, p90 and max per step."

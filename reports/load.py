@@ -252,6 +252,8 @@ def load_study(run_dirs: list[Path], notes: Notes) -> Study:
         run = Run(path=path, doc=read.doc, name=name, format_version=read.version)
         for kind in RUN_TABLES:
             _check_table(run, kind, notes)
+        if (path / "iterations.parquet").is_file():  # live runs only: absent is no gap
+            _check_table(run, "iterations", notes)
         runs.append(run)
     pairs: list[tuple[Run, str, pd.DataFrame]] = []
     for run in runs:

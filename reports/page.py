@@ -35,6 +35,7 @@ table.kv td { padding: .1em .8em .1em 0; vertical-align: top; font-size: .9em; }
 table.kv td:first-child { color: var(--muted); white-space: nowrap; }
 figure { margin: 1em 0 1.6em; break-inside: avoid; page-break-inside: avoid; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+details.more > summary { cursor: pointer; color: #0072B2; margin: .4em 0; }
 .warn { border-left: 4px solid #d55e00; background: #fff4ec; padding: .5em 1em; margin: 1em 0; }
 .warn li, .leftout li { margin: .2em 0; }
 pre { background: #f7f7f7; padding: .5em; overflow-x: auto; font-size: .8em; white-space: pre-wrap; }
@@ -46,6 +47,7 @@ footer { margin-top: 2.5em; border-top: 1px solid var(--rule); font-size: .9em; 
   h2 { break-after: avoid; page-break-after: avoid; }
   td.best { background: none; text-decoration: underline; }
   a { color: inherit; text-decoration: none; }
+  details.more > summary { display: none; } details.more > figure { display: none; }
 }
 """
 
@@ -64,13 +66,49 @@ window.addEventListener('load', function () {
 
 SECTIONS = (
     ("headline", "Headline"),
+    ("breakdown", "Where the time goes"),
     ("steps", "Across steps"),
     ("trace", "Workload"),
     ("dynamics", "Inside the step"),
     ("timeline", "Worker timelines"),
     ("simlive", "Simulated vs measured"),
     ("leftout", "Left out"),
+    ("references", "References"),
     ("provenance", "Provenance"),
+)
+
+# The papers the figures follow, as the README's "Papers" cites them: full title, arXiv id.
+REFERENCES = (
+    (
+        "SpecActor",
+        "R. Cheng, K. Zhou, X. Wei et al.",
+        "Fast LLM Post-training via Decoupled and Fastest-of-N Speculation",
+        "2511.16193",
+    ),
+    (
+        "Seer",
+        "R. Qin, W. He, W. Huang et al.",
+        "Seer: Online Context Learning for Fast Synchronous LLM Reinforcement Learning",
+        "2511.14617",
+    ),
+    (
+        "TLT",
+        "Q. Hu, S. Yang, J. Guo et al.",
+        "Taming the Long-Tail: Efficient Reasoning RL Training with Adaptive Drafter (ASPLOS 2026)",
+        "2511.16665",
+    ),
+    (
+        "RhymeRL",
+        "J. He, T. Li, E. Feng et al.",
+        "History Rhymes: Accelerating LLM Reinforcement Learning with RhymeRL",
+        "2508.18588",
+    ),
+    (
+        "EfficientRollout",
+        "M. Kim, M. Lee et al.",
+        "EfficientRollout: System-Aware Self-Speculative Decoding for RL Rollouts (preprint)",
+        "",
+    ),
 )
 
 
@@ -85,6 +123,7 @@ class PageInput:
     table_files: dict[str, list[str]]  # table name -> relative paths
     notes: Notes
     report_meta: dict[str, Any]
+    breakdown: Table | None = None
 
 
 def _e(text: Any) -> str:
@@ -95,7 +134,18 @@ def _figure(f: FigureOut, root: Path) -> str:
     rel = f.path.relative_to(root).as_posix()
     cap = f"<figcaption><b>{_e(f.title)}.</b> {_e(f.caption)}</figcaption>" if f.title or f.caption else ""
     img = f'<img src="{_e(rel)}" alt="{_e(f.title)}" loading="eager">'
-    return f'<figure id="fig-{_e(f.slug)}">{img}{cap}</figure>'
+    fig = f'<figure id="fig-{_e(f.slug)}">{img}{cap}</figure>'
+    if f.collapsed:
+        return f'<details class="more"><summary>{_e(f.collapsed)}</summary>{fig}</details>'
+    return fig
+
+
+def _references() -> str:
+    items = []
+    for short, authors, title, arxiv in REFERENCES:
+        where = f"arXiv:{arxiv}" if arxiv else "no arXiv id known to us"  # text: the page links nothing
+        items.append(f"<li><b>{_e(short)}</b>: {_e(authors)}, <i>{_e(title)}</i>, {where}.</li>")
+    return f"<section id='references'><h2>References</h2><ul>{''.join(items)}</ul></section>"
 
 
 def _links(files: list[str]) -> str:
@@ -223,6 +273,14 @@ def render(inp: PageInput, root: Path) -> str:
             out.append("<p class='note'>Nothing to show here — see <a href='#leftout'>Left out</a>.</p>")
         out.append("</section>")
 
+    section("breakdown", f"Where the time goes (step {inp.step})")
+    if inp.breakdown is not None:
+        out.insert(
+            len(out) - 1,
+            inp.breakdown.html("breakdown-table")
+            + f"<p class='note'>{_e(inp.breakdown.note)} Tables: "
+            + f"{_links(inp.table_files.get('breakdown', []))}.</p>",
+        )
     section("steps", "Across steps")
     section("trace", "Workload")
     section("dynamics", f"Inside step {inp.step}")
@@ -243,6 +301,7 @@ def render(inp: PageInput, root: Path) -> str:
         out.append("<p class='note'>Nothing: every section had the data it needs.</p>")
     out.append("</section>")
 
+    out.append(_references())
     out.append(f"<footer id='provenance'><h2>Provenance</h2>{_provenance(study, inp.report_meta)}</footer>")
     out.append("<div id='selfcheck'>pending</div>")
     out.append(f"<script>{SELF_CHECK}</script></body></html>")

@@ -1,14 +1,15 @@
 """One look for every figure: fonts, colours per series, and the PNG writer.
 
 A series keeps its colour *and* line style/marker in every figure, so a reader can
-follow a policy across the page and tell lines apart on a greyscale printout.
+follow a policy across the page and tell lines apart on a greyscale printout. Past the ten
+colours the line style changes with the colour's round, so every (colour, line style) pair
+is distinct up to 60 series; legends sit outside the axes, where no line hides them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import cycle
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +23,20 @@ from matplotlib.ticker import MaxNLocator
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
 
-# Okabe-Ito: distinguishable for colour-blind readers, distinct in greyscale with dashes.
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+# Okabe-Ito (colour-blind safe), then two of Paul Tol's muted set (wine, teal) for a tenth
+# colour; distinct in greyscale with the dashes.
+PALETTE = (
+    "#0072B2",
+    "#D55E00",
+    "#009E73",
+    "#CC79A7",
+    "#E69F00",
+    "#56B4E9",
+    "#000000",
+    "#F0E442",
+    "#882255",
+    "#44AA99",
+)
 DASHES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1)), (0, (3, 1, 1, 1, 1, 1)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
@@ -72,8 +85,13 @@ class LineStyle:
 
 
 def series_styles(labels: Sequence[str]) -> dict[str, LineStyle]:
-    colors, dashes, marks = cycle(PALETTE), cycle(DASHES), cycle(MARKERS)
-    return {lab: LineStyle(next(colors), next(dashes), next(marks)) for lab in labels}
+    """Series i: colour i mod 10; line style shifted by one each time the colours wrap
+    (i + i // 10, mod 6), so two series of one colour never share a line style (up to 60)."""
+    n = len(PALETTE)
+    return {
+        lab: LineStyle(PALETTE[i % n], DASHES[(i + i // n) % len(DASHES)], MARKERS[i % len(MARKERS)])
+        for i, lab in enumerate(labels)
+    }
 
 
 def new_figure(height_in: float, width_in: float = WIDTH_IN) -> Figure:
@@ -102,7 +120,18 @@ def step_axis(ax) -> None:
     ax.set_xlabel("step")
 
 
-def legend(ax, **kw) -> None:
-    handles, _labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(frameon=False, **kw)
+LEGEND_ROWS = 18  # entries per legend column
+
+
+def legend(ax, where: str = "figure", **kw) -> None:
+    """The legend outside the axes, where no line hides it; more columns past LEGEND_ROWS
+    entries. `where`: "figure" (right of the whole figure: one legend of the series every
+    panel shares) or "axes" (right of this axes: a legend of its own lines)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    ncols = 1 + (len(handles) - 1) // LEGEND_ROWS
+    if where == "figure":
+        ax.figure.legend(handles, labels, loc="outside right upper", frameon=False, ncols=ncols, **kw)
+    else:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, ncols=ncols, **kw)

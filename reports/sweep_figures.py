@@ -198,7 +198,7 @@ def pareto_figure(table: pd.DataFrame, path: Path) -> SweepFigure | None:
         ax.set_xlabel("GPU-seconds per step (makespan x GPUs)")
         ax.set_ylabel("rollout makespan (s)")
         ax.set_title(f"{Path(str(key[0])).name}, steps {key[1]}", fontsize=9)
-        legend(ax, fontsize=7)
+        legend(ax, where="axes", fontsize=7)
     fig.suptitle("makespan against GPU-seconds across clusters")
     caption = (
         "Each configuration's median over seeds; "

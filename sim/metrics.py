@@ -7,6 +7,9 @@
   when it has nothing running and is not lent to training.
 - mean_accept_len: tokens emitted per speculative verify iteration (incl. the bonus token);
   None when nothing was speculated.
+- parts: step_time_s split into rollout (the makespan), reward, training and weight sync as
+  they follow the rollout; training that trainer-role workers did during the rollout
+  (RLHFuse overlap) is not counted again, so the parts add up to step_time_s.
 """
 
 from __future__ import annotations
@@ -15,6 +18,17 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+
+def step_parts(
+    makespan: float, step_time_s: float, reward_s: float, weight_sync_s: float
+) -> tuple[float, float, float]:
+    """(reward, train, weight sync) after the rollout, splitting step_time_s = makespan +
+    max(0, reward + train - overlap) + weight sync: the overlap shortens training first,
+    then reward (as sim.step_time.step_time counts it)."""
+    after = max(0.0, step_time_s - makespan - weight_sync_s)
+    reward = min(reward_s, after)
+    return reward, after - reward, weight_sync_s
 
 
 @dataclass
@@ -27,6 +41,11 @@ class StepMetrics:
     tail_time_s: float
     gpu_idle_fraction: float
     mean_accept_len: float | None
+    # `parts` (module docstring): None where the executor does not split the step (live)
+    reward_s: float | None = None
+    train_s: float | None = None
+    weight_sync_s: float | None = None
+    post_source: str | None = None  # "trace" or "model" (sim/step_time.py)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,8 +24,9 @@ from simctl.sim.drafter_training import (
     eagle_acceptance_scale_history,
 )
 from simctl.sim.engine import EngineConfig, SimError, StepSimulation
-from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, tail_time
+from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, step_parts, tail_time
 from simctl.sim.models import ModelSpec
+from simctl.sim.plan import Plan
 from simctl.sim.role_time import LENT_ROLES, role_seconds
 from simctl.sim.state import DEFERRED, StepState
 from simctl.sim.step_time import post_rollout_time, step_time
@@ -148,7 +150,7 @@ def run_policy(
         t0, c0 = time.perf_counter(), time.process_time()
         frame, state = _with_carried(frame, carry, step)
         _age_drafter(state, spot_gpu_s, setup.drafter_params)
-        sim = StepSimulation(
+        sim = _FirstTimesSimulation(
             state,
             policy,
             setup.cost,
@@ -185,6 +187,67 @@ def run_policy(
         if on_step:
             on_step(run.name, step)
     return run
+
+
+class FirstTimes:
+    """When each row was first in a running batch (`start_s`: its first busy segment
+    began) and when its first token came (the end of that segment's first iteration), from
+    the segments the workers report; NaN while it has not run."""
+
+    def __init__(self) -> None:
+        self.start_s = np.full(0, np.nan)
+        self.first_token_s = np.full(0, np.nan)
+
+    def see(self, t0: float, plan: Plan, pos_iterations: int, t1: float) -> None:
+        ids = plan.ids
+        if not len(ids):
+            return
+        if len(self.start_s) <= int(ids.max()):  # rows appended (Fastest-of-N replicas)
+            grow = int(ids.max()) + 1 - len(self.start_s)
+            self.start_s = np.concatenate([self.start_s, np.full(grow, np.nan)])
+            self.first_token_s = np.concatenate([self.first_token_s, np.full(grow, np.nan)])
+        new = ids[np.isnan(self.start_s[ids])]
+        if not len(new):
+            return
+        self.start_s[new] = t0
+        self.first_token_s[new] = min(t1, t0 + _first_iteration_s(plan, pos_iterations, t1 - t0))
+
+    @staticmethod
+    def earliest(times: np.ndarray, origin: np.ndarray, n: int) -> np.ndarray:
+        """Per request (rows < n): the earliest of its own row and its replicas' rows."""
+        out = np.full(n, np.inf)
+        m = min(len(times), len(origin))
+        ok = np.flatnonzero(np.isfinite(times[:m]))
+        np.minimum.at(out, origin[ok], times[ok])
+        out[np.isinf(out)] = np.nan
+        return out
+
+
+def _first_iteration_s(plan: Plan, iterations: int, duration: float) -> float:
+    """Duration of the first iteration of a segment of `iterations` plan iterations lasting
+    `duration`: the segment starts at the plan iteration whose span matches."""
+    cum = np.concatenate([[0.0], np.asarray(plan.cum_s, np.float64)])
+    k = len(cum) - 1
+    if iterations < 1 or iterations > k:
+        return duration / max(iterations, 1)
+    spans = cum[iterations:] - cum[: k - iterations + 1]  # span of iterations pos..pos+it-1
+    pos = int(np.argmin(np.abs(spans - duration)))
+    return float(cum[pos + 1] - cum[pos])
+
+
+class _FirstTimesSimulation(StepSimulation):
+    """The step simulation, also noting each request's first admission and first token from
+    the segments it records (the requests table's start_s and first_token_s)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.first_s = FirstTimes()
+
+    def record_segment(
+        self, worker: int, t0: float, t1: float, iterations: int, plan: Plan, batch: int
+    ) -> None:
+        super().record_segment(worker, t0, t1, iterations, plan, batch)
+        self.first_s.see(t0, plan, iterations, t1)
 
 
 CARRIED = "_carried_generated"
@@ -247,19 +310,25 @@ def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makes
         gpu_flops=setup.cluster.gpu.bf16_flops,
         sync_bw_Bps=setup.cluster.gpu.rdma_bw,
     )
+    total = step_time(makespan, post, float((trainer * gpus).sum()), setup.cluster.total_gpus)
+    reward_s, train_s, sync_s = step_parts(makespan, total, post.reward_s, post.weight_sync_s)
     return StepMetrics(
         step=st.step,
         rollout_makespan_s=makespan,
-        step_time_s=step_time(makespan, post, float((trainer * gpus).sum()), setup.cluster.total_gpus),
+        step_time_s=total,
         output_tokens=tokens,
         throughput_tok_s=tokens / makespan if makespan > 0 else 0.0,
         tail_time_s=tail_time(st.finish_s[:n], makespan),
         gpu_idle_fraction=idle_fraction(busy, lent, gpus, makespan),
         mean_accept_len=accept_len(st.spec_tokens, st.spec_iters),
+        reward_s=reward_s,
+        train_s=train_s,
+        weight_sync_s=sync_s,
+        post_source=post.source,
     )
 
 
-def _request_frame(sim: StepSimulation, policy: str) -> pd.DataFrame:
+def _request_frame(sim: _FirstTimesSimulation, policy: str) -> pd.DataFrame:
     """One row per request; counters of its Fastest-of-N replicas are added to it."""
     st = sim.state
     n = st.n_requests
@@ -289,6 +358,8 @@ def _request_frame(sim: StepSimulation, policy: str) -> pd.DataFrame:
             "replicas": np.bincount(st.origin[n:] if len(st.origin) > n else [], minlength=n)[:n].astype(
                 np.int32
             ),
+            "start_s": sim.first_s.earliest(sim.first_s.start_s, st.origin, n),
+            "first_token_s": sim.first_s.earliest(sim.first_s.first_token_s, st.origin, n),
         }
     )
 

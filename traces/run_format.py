@@ -64,6 +64,9 @@ class TableSpec:
     # Columns a version-1 file must have: what the report needs (version 1 is read as before)
     v1_columns: tuple[str, ...]
     doc: str
+    # Columns added to version 2 after its first writers: a version-2 file may lack them, and
+    # a reader treats their absence as "not recorded" (every writer of today writes them).
+    late_columns: tuple[str, ...] = ()
 
     @property
     def file(self) -> str:
@@ -93,10 +96,13 @@ REQUESTS = TableSpec(
             ("accepted", pa.int64()),
             ("spec_iters", pa.int64()),
             ("replicas", pa.int32()),  # Fastest-of-N copies; their counters are added above
+            ("start_s", pa.float64()),  # first admitted into a running batch (NaN: never)
+            ("first_token_s", pa.float64()),  # its first generated token (NaN: none)
         ]
     ),
     ("policy", "step", "worker", "response_len", "finish_s", "accepted", "spec_iters"),
-    "one row per request and step",
+    "one row per request and step; times in seconds since step start, earliest of its copies",
+    late_columns=("start_s", "first_token_s"),
 )
 
 TIMELINE = TableSpec(
@@ -182,6 +188,17 @@ ITERATION_COLUMNS = record_columns(ITERATIONS)  # live.executor.StepRecord.itera
 # ------------------------------------------------------------------------- run.json
 
 
+class StepParts(TypedDict):
+    """Where a step's end-to-end time went (sim/metrics.py `parts`); they add up to
+    step_time_s. `source`: "trace" (the trace's timing) or "model" (sim/step_time.py)."""
+
+    rollout_s: float
+    reward_s: float
+    train_s: float  # training after the rollout (less what ran overlapped during it)
+    weight_sync_s: float
+    source: str
+
+
 class StepEntry(TypedDict):
     """One step's metrics (sim/metrics.py defines each)."""
 
@@ -193,6 +210,7 @@ class StepEntry(TypedDict):
     tail_time_s: float
     gpu_idle_fraction: float
     mean_accept_len: float | None
+    parts: NotRequired[StepParts]  # absent where the executor does not split the step (live)
 
 
 class OverheadEntry(TypedDict):
@@ -295,6 +313,22 @@ class StepMetricsLike(Protocol):
 
 
 def step_entry(m: StepMetricsLike) -> StepEntry:
+    entry = _step_entry(m)
+    # optional: sim.metrics.StepMetrics splits the step; live's does not
+    reward, train, sync = (getattr(m, k, None) for k in ("reward_s", "train_s", "weight_sync_s"))
+    source = getattr(m, "post_source", None)
+    if isinstance(reward, float) and isinstance(train, float) and isinstance(sync, float) and source:
+        entry["parts"] = {
+            "rollout_s": float(m.rollout_makespan_s),
+            "reward_s": reward,
+            "train_s": train,
+            "weight_sync_s": sync,
+            "source": str(source),
+        }
+    return entry
+
+
+def _step_entry(m: StepMetricsLike) -> StepEntry:
     return {
         "step": m.step,
         "rollout_makespan_s": m.rollout_makespan_s,
@@ -543,6 +577,8 @@ def schema_problems(spec: TableSpec, schema: pa.Schema, version: int = FORMAT_VE
     out = []
     for col in wanted:
         expected = spec.schema.field(col).type
+        if col not in schema.names and col in spec.late_columns:
+            continue
         if col not in schema.names:
             out.append(f"column '{col}': expected {expected}, found none (missing)")
         elif version >= 2 and not _same_type(expected, schema.field(col).type):

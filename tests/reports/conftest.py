@@ -115,3 +115,48 @@ def report(run_dir, tmp_path_factory) -> Path:
 def fresh_run(run_dir, tmp_path) -> Path:
     """A private copy a test may damage."""
     return Path(shutil.copytree(run_dir, tmp_path / "copy"))
+
+
+SAMPLE_TRACE = (
+    Path(__file__).resolve().parents[2] / "traces" / "samples" / "efficientrollout-qwen7b-8k-6steps.parquet"
+)
+
+
+@pytest.fixture(scope="session")
+def wide_report(tmp_path_factory) -> Path:
+    """index.html over `simctl replay` of a bundled trace on its 128-worker layout, one step:
+    more workers than a timeline shows at once."""
+    from click.testing import CliRunner
+
+    from simctl.cli import main
+
+    root = tmp_path_factory.mktemp("wide")
+    args = ["replay", str(SAMPLE_TRACE), "--steps", "0", "--policy", "verl", "--policy", "ngram"]
+    res = CliRunner().invoke(main, [*args, "--out", str(root / "run")])
+    assert res.exit_code == 0, res.output
+    return build_report([root / "run"], root / "report")
+
+
+@pytest.fixture(scope="session")
+def live_run(tmp_path_factory) -> Path:
+    """A real `simctl live` run directory: torch engine, random tiny model, 2 workers, 2 steps."""
+    import os
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from click.testing import CliRunner
+
+    from simctl.cli import main
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out = tmp_path_factory.mktemp("live") / "run"
+    tiny = ["--model", "random:tiny", "--prompts-per-step", "3", "--group-size", "2", "--max-tokens", "16"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        args = ["live", *tiny, "--backend", "torch", "--workers", "2", "--steps", "2", "--policy", "verl"]
+        res = CliRunner().invoke(main, [*args, "--policy", "ngram:gamma=3", "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    assert res.exit_code == 0, res.output
+    return out

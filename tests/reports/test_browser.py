@@ -25,7 +25,10 @@ FLAGS = (
     "--disable-sync",
     "--no-first-run",
     "--virtual-time-budget=10000",
+    "--enable-logging=stderr",  # the page's console messages, as ':CONSOLE' lines
+    "--v=0",
 )
+NEW_FIGURES = ("makespan-breakdown", "step-breakdown", "gpu-busy", "request-times")
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +55,11 @@ def _run(chromium: str, tmp: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _console(stderr: str) -> list[str]:
+    """What the page wrote to the console (errors, uncaught exceptions): nothing, for ours."""
+    return [line for line in stderr.splitlines() if re.search(r":CONSOLE[:(]", line)]
+
+
 def _selfcheck(dom: str) -> dict[str, str]:
     m = re.search(r'<div id="selfcheck"([^>]*)>([^<]*)</div>', dom)
     assert m, "self-check element missing from the dumped DOM"
@@ -70,6 +78,10 @@ def test_page_renders_in_chromium(chromium, report, tmp_path):
     assert check.get("data-broken") == "0", check
     assert check.get("data-headline") == "yes" and check["text"] == "ok"
     assert 'id="headline-table"' in res.stdout
+    assert _console(res.stderr) == []
+    for name in NEW_FIGURES:
+        assert f'<figure id="fig-{name}">' in res.stdout, name
+    assert 'id="breakdown-table"' in res.stdout and 'id="references"' in res.stdout
 
     shot = tmp_path / "report.png"
     res = _run(chromium, tmp_path, f"--screenshot={shot}", "--window-size=1400,3000", report.as_uri())
@@ -77,6 +89,29 @@ def test_page_renders_in_chromium(chromium, report, tmp_path):
     if os.environ.get("SIMCTL_KEEP_ARTIFACTS"):
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, ARTIFACTS / "report.png")
+
+
+def test_folded_worker_timelines_decode_in_chromium(chromium, wide_report, tmp_path):
+    """128 workers: the sample in view, every worker folded behind <details>; the folded
+    images load too (eager), so opening the control shows them at once."""
+    res = _run(chromium, tmp_path, "--dump-dom", wide_report.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    check = _selfcheck(res.stdout)
+    page = wide_report.read_text()
+    n_img = len(re.findall(r"<img ", page))
+    assert page.count('<details class="more">') == 2  # one per policy
+    assert check.get("data-images") == str(n_img), check
+    assert check.get("data-broken") == "0", check
+    assert _console(res.stderr) == []
+
+
+def test_console_check_can_fail(chromium, report, tmp_path):
+    """The console check must be able to fail: a page that throws is caught."""
+    copy = Path(shutil.copytree(report.parent, tmp_path / "throws"))
+    index = copy / "index.html"
+    index.write_text(index.read_text().replace("</body>", "<script>notDefinedAnywhere();</script></body>"))
+    res = _run(chromium, tmp_path, "--dump-dom", index.as_uri())
+    assert any("notDefinedAnywhere" in line for line in _console(res.stderr))
 
 
 def test_selfcheck_catches_a_missing_figure(chromium, report, tmp_path):

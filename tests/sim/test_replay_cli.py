@@ -24,6 +24,7 @@ STEP_KEYS = {
     "tail_time_s",
     "gpu_idle_fraction",
     "mean_accept_len",
+    "parts",  # the step time split: rollout, reward, train, weight sync (sim/metrics.py)
 }
 
 
