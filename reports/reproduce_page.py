@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 
 from simctl.reports.page import CSS, SELF_CHECK
 from simctl.reports.style import RC, save, subplots
+from simctl.sim.calibration_points import TOLERANCE, CalibrationRow, evaluate
 from simctl.sim.experiments import METRICS, PAPERS
 from simctl.sim.reproduce_stats import Result
 from simctl.traces.atomic import replace_dir
@@ -124,6 +125,35 @@ def paper_figure(paper: str, results: Sequence[Result], path: Path) -> Path:
     return save(fig, path)
 
 
+def calibration_table(rows: Sequence[CalibrationRow]) -> str:
+    """The cost model's micro figures: paper value, simctl value, error (sim/calibration_points.py)."""
+    head = "<tr><th>micro figure</th><th>quantity</th><th>paper</th><th>simctl</th><th>error</th></tr>"
+    body = "".join(
+        f"<tr><td>{_e(r.paper)}<br><code>{_e(r.id)}</code><br><span class='note'>{_e(r.source)}</span></td>"
+        f"<td>{_e(r.quantity)}<br><span class='note'>{_e('fitted: ' + r.fitted if r.fitted else 'check')}"
+        f"{_e('; ' + r.note if r.note else '')}</span></td>"
+        f"<td class='num'>{r.paper_value:.4g} {_e(r.unit)}</td>"
+        f"<td class='num'>{r.simctl:.4g} {_e(r.unit)}</td>"
+        f"<td class='num' style='background:{'#d9f2d9' if r.within_tolerance else '#fde0dc'}'>"
+        f"{r.error:+.1%}</td></tr>"
+        for r in rows
+    )
+    return f'<table class="data" id="calibration-table">{head}{body}</table>'
+
+
+def _calibration_section() -> str:
+    rows = evaluate()
+    n_in = sum(r.within_tolerance for r in rows)
+    return (
+        f'<section id="calibration"><h2>Calibration</h2><p>The cost model (one per GPU, the same '
+        f"for every paper) against the papers' micro-measurements: {n_in} of {len(rows)} within "
+        f"{TOLERANCE:.0%}. Constants are fitted to these points or read from datasheets, never to "
+        "the experiments above (docs/calibration.md). Reward, training and weight sync are "
+        "modelled from each step's work with the same constants for every paper.</p>"
+        f"{calibration_table(rows)}</section>"
+    )
+
+
 def render_page(results: Sequence[Result], figures: Mapping[str, Path], root: Path, meta: Mapping) -> str:
     counts = {v: sum(r.verdict == v for r in results) for v in dict.fromkeys(r.verdict for r in results)}
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
@@ -141,6 +171,7 @@ def render_page(results: Sequence[Result], figures: Mapping[str, Path], root: Pa
         f"{results_table(results, 'headline-table')}</section>",
         f'<section id="ladders"><h2>Ablation ladders</h2>{_ladders(results)}</section>',
         f'<section id="figures"><h2>Per paper</h2>{figs}</section>',
+        _calibration_section(),
         f'<section id="metrics"><h2>Metrics</h2><ul>{metrics}</ul></section>',
         f'<section id="provenance"><h2>Provenance</h2><table class="kv">{kv}</table></section>',
     ]

@@ -38,6 +38,10 @@ class GPUSpec:
     nvlink_bw: float
     rdma_bw: float
     pcie_bw: float
+    # Latency of one small-message TP all-reduce as the papers' engines ran on this GPU
+    # (launch + sync + rank skew; the bandwidth term is separate). Fitted per platform to a
+    # published b=1 decode latency; see each GPU below and docs/calibration.md.
+    allreduce_latency_s: float = 45e-6
 
     def to_dict(self) -> dict[str, float | str]:
         """Plain dict for JSON provenance records."""
@@ -49,12 +53,18 @@ class GPUSpec:
             "nvlink_bw": self.nvlink_bw,
             "rdma_bw": self.rdma_bw,
             "pcie_bw": self.pcie_bw,
+            "allreduce_latency_s": self.allreduce_latency_s,
         }
 
 
 # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): 80 GB HBM3, 3.35 TB/s,
 # BF16 1,979 TFLOPS *with sparsity* -> 989.4 TFLOPS dense, NVLink 900 GB/s,
 # PCIe Gen5 128 GB/s (bidirectional). DGX H100: 8x ConnectX-7 400 Gb/s, one per GPU.
+# All-reduce latency 6.8 us: fitted to TLT (arXiv:2511.16665) Table 7, Qwen2.5-7B TP2 BS1
+# on H100 without SD, 242.11 tok/s = 4.130 ms per token (56 all-reduces per step; the
+# one-shot custom all-reduce of CUDA-graph engines is 5-8 us at these message sizes).
+# Cross-check: microsoft/vidur data/profiling/network/h100_pair_nvlink/all_reduce.csv, a
+# 2-GPU H100 NVLink all-reduce of 18-60 KB: min 7 us (medians 7 us or 28-30 us).
 H100_SXM_80GB = GPUSpec(
     name="H100-SXM-80GB",
     hbm_bytes=80 * GB,
@@ -63,11 +73,16 @@ H100_SXM_80GB = GPUSpec(
     nvlink_bw=900 * GB,
     rdma_bw=50 * GB,
     pcie_bw=64 * GB,
+    allreduce_latency_s=6.8e-6,
 )
 
 # H800 SXM5 (China export variant of H100): same die, HBM and tensor throughput as the
 # H100 SXM5; NVLink cut to 400 GB/s (NVIDIA H800 product brief). Inter-node: one
 # 400 Gb/s IB NIC per GPU, "IB (50 GB/s)" in the DeepSeek-V3 technical report §3.2.2.
+# All-reduce latency 45 us: fitted to SpecActor (arXiv:2511.16193) §5.1, Qwen2.5-32B TP4
+# decode at batch 1 "lower to 13 ms" on its H800 platform (vLLM 0.10 under veRL; 128
+# all-reduces per step), which gives 12.9 ms. The gap to H100's 6.8 us is the engine as
+# run on each platform (eager launches vs CUDA graphs), not the NVLink generation.
 H800_SXM_80GB = GPUSpec(
     name="H800-SXM-80GB",
     hbm_bytes=80 * GB,
@@ -76,10 +91,13 @@ H800_SXM_80GB = GPUSpec(
     nvlink_bw=400 * GB,
     rdma_bw=50 * GB,
     pcie_bw=64 * GB,
+    allreduce_latency_s=45e-6,
 )
 
 # NVIDIA H200 Tensor Core GPU datasheet (SXM column): 141 GB HBM3e, 4.8 TB/s, BF16
 # 1,979 TFLOPS with sparsity (989.4 dense), NVLink 900 GB/s, PCIe Gen5 128 GB/s.
+# All-reduce latency: H100's (same NVLink 4 / NVSwitch fabric; no H200 TP measurement
+# in the papers).
 H200_SXM_141GB = GPUSpec(
     name="H200-SXM-141GB",
     hbm_bytes=141 * GB,
@@ -88,11 +106,14 @@ H200_SXM_141GB = GPUSpec(
     nvlink_bw=900 * GB,
     rdma_bw=50 * GB,
     pcie_bw=64 * GB,
+    allreduce_latency_s=6.8e-6,
 )
 
 # NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column): HBM2e 2,039 GB/s, BF16
 # 312 TFLOPS dense, NVLink 600 GB/s, PCIe Gen4 64 GB/s (bidirectional).
 # DGX A100: 8x ConnectX-6 200 Gb/s HDR, one per GPU -> 25 GB/s.
+# All-reduce latency: not fitted (every A100 measurement in the papers is TP1:
+# EfficientRollout §4.1, TLT Table 2); the class default, H800's eager-engine value.
 A100_SXM_80GB = GPUSpec(
     name="A100-SXM-80GB",
     hbm_bytes=80 * GB,

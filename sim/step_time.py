@@ -1,10 +1,21 @@
 """End-to-end RL step time = rollout makespan + the phases after it.
 
-Reward, training and weight sync come from the trace metadata when it has them. When it
-does not, a documented model fills in: training (policy forward+backward = 6 N FLOPs per
-token, plus old-policy and reference log-prob forwards = 2 x 2 N) over the whole cluster
-at a model FLOPs utilisation of 35% (typical of Megatron/FSDP RL trainers), reward by a
-rule-based verifier (negligible), and weight sync of the BF16 weights over NVLink/RDMA.
+Reward, training and weight sync come from the trace metadata when it has them (a live
+recording or an imported log measured them). When it does not, they are modelled from the
+work they do, with one set of constants for every paper and preset (calibrated in
+sim/calibration_points.py, "step time" points):
+
+* training: policy forward + backward (6 N FLOPs per token) plus the old-policy and
+  reference log-prob forwards (2 x 2 N), over every GPU of the cluster (colocated trainer)
+  at a model-FLOPs utilisation TRAIN_MFU fitted to EfficientRollout (Kim, Lee et al.)
+  Table 2: veRL (AR), Qwen2.5-7B, 8 A100, step 132.6 s - rollout 82.4 s = 50.2 s outside
+  rollout, at the efficientrollout-qwen7b-8k preset's 771,473 tokens per step (prompt +
+  response, mean of steps 0-99: the paper's 100-step window). Check: the same work for
+  Qwen2.5-14B gives 97.4 s against the table's 221.1 - 126.6 = 94.5 s (+3%);
+* reward: 0. Rule-based verifiers cost milliseconds per response, and a reward model
+  "overlaps nearly completely with the rollout phase" (Seer, arXiv:2511.14617, Table 1);
+* weight sync: the BF16 weights once through one GPU's inter-node link (datasheet).
+
 Overlap (RLHFuse): GPU-seconds that workers spent in the trainer role during rollout are
 work already done, so only the remainder follows the makespan.
 """
@@ -15,8 +26,9 @@ from dataclasses import dataclass
 
 from simctl.traces.schema import StepTiming
 
-TRAIN_FLOPS_PER_PARAM_TOKEN = 6.0 + 4.0
-TRAIN_MFU = 0.35
+TRAIN_FLOPS_PER_PARAM_TOKEN = 6.0 + 4.0  # fwd+bwd, plus old-policy and reference forwards
+# Fitted (module docstring): 10 * 7.615e9 * 771,473 / (8 * 312e12 * (50.2 - 0.61 s sync)).
+TRAIN_MFU = 0.475
 
 
 @dataclass(frozen=True)

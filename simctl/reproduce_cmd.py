@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from simctl.sim.calibration_points import TOLERANCE, CalibrationRow, evaluate
 from simctl.sim.experiments import PAPERS, experiments_of
 from simctl.sim.reproduce_stats import Result
 from simctl.traces.outputs import check_output_dir, check_output_file
@@ -56,9 +57,25 @@ def print_table(results: Sequence[Result]) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
-def document(results: Sequence[Result], meta: dict) -> dict:
-    """The --json document: {"experiments": [...], "run": {...}}."""
-    return {"experiments": [r.to_json() for r in results], "run": meta}
+def print_calibration(rows: Sequence[CalibrationRow]) -> None:
+    """One line per micro figure the cost model is calibrated to; '!' marks one beyond TOLERANCE."""
+    n_in = sum(r.within_tolerance for r in rows)
+    click.echo(f"cost-model calibration: {n_in} of {len(rows)} micro figures within {TOLERANCE:.0%}")
+    for r in rows:
+        mark = " " if r.within_tolerance else "!"
+        click.echo(
+            f" {mark} {r.id:32s} paper {r.paper_value:8.4g} {r.unit:6s} "
+            f"simctl {r.simctl:8.4g} {r.error:+7.1%}"
+        )
+
+
+def document(results: Sequence[Result], meta: dict, calibration: Sequence[CalibrationRow] = ()) -> dict:
+    """The --json document: {"experiments": [...], "calibration": [...], "run": {...}}."""
+    return {
+        "experiments": [r.to_json() for r in results],
+        "calibration": [c.to_json() for c in calibration],
+        "run": meta,
+    }
 
 
 @click.command("reproduce")
@@ -101,9 +118,11 @@ def reproduce_cmd(
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     print_table(results)
+    calibration = evaluate()
+    print_calibration(calibration)
     click.echo(f"{len(results)} experiments in {meta['wall_s']:.0f} s")
     if json_path:
-        write_json(json_path, document(results, meta))
+        write_json(json_path, document(results, meta, calibration))
         click.echo(f"wrote {json_path}")
     if report_dir:
         from simctl.reports.reproduce_page import build_reproduce_page

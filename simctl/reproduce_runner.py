@@ -5,10 +5,15 @@ and measured step.
 Runs are shared: one trace per (preset, scale, replayed steps, seed), one replay per
 (trace, cluster, policy), whatever number of experiments reads it. Seed k generates the
 trace with seed k and replays it with seed k.
+
+Reward, training and weight sync are modelled from the work each step does
+(sim/step_time.py), with the same constants for every paper: the generated trace's phase
+seconds (the preset's fixed shares of a nominal rollout) are dropped before replay.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +29,7 @@ from simctl.sim.replay import ReplaySetup, run_policy
 from simctl.sim.reproduce_stats import Result, finished
 from simctl.traces.generate import generate_trace
 from simctl.traces.io import Trace
+from simctl.traces.schema import StepTiming
 
 TraceKey = tuple[str, float, tuple[int, ...], int]  # preset, scale, replayed steps, seed
 
@@ -48,6 +54,7 @@ class Runner:
         if key not in self.traces:
             preset, scale, steps, seed = key
             df, meta, lists = generate_trace(preset, max(steps) + 1, seed, scale=scale)
+            meta = dataclasses.replace(meta, timing=StepTiming(), step_timing={})
             self.traces[key] = Trace(df=df, meta=meta, lists=lists)
         return self.traces[key]
 

@@ -1,0 +1,292 @@
+"""Published micro-measurements the cost model is calibrated to, with simctl's value for each.
+
+"Calibrate inputs, never outputs": every constant of the roofline (sim/cost_model.py
+RooflineParams, sim/hardware.py GPUSpec) is fitted to one of these points or read from a
+datasheet; none is tuned to a headline ratio of sim/experiments.py. Each point names the
+paper (title and arXiv id in sim/experiments.py), the table or figure, the paper's value,
+the setup simctl prices it at, and where the paper leaves a setup detail open, the
+assumption. `evaluate()` recomputes simctl's value from the cost model every time, so the
+table on the reproduction page, in `simctl reproduce --json` and in docs/calibration.md
+cannot drift from the code.
+
+`fitted` marks the points a constant was fitted to (their error is small by construction);
+the others are checks. TOLERANCE is the issue's 15%: a point outside it is listed, never
+hidden, with the reason in its note.
+
+Worked example (TLT Table 2, H100 row): 164.65 tok/s without SD is 1/164.65 = 6.073 ms per
+token; simctl prices Qwen2.5-7B TP1 decode at batch 1 and 2,048 context tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache, partial
+
+from simctl.sim.cost_model import RooflineCostModel
+from simctl.sim.hardware import get_gpu
+from simctl.sim.models import get_model
+from simctl.sim.step_time import post_rollout_time
+from simctl.traces.schema import StepTiming
+
+TOLERANCE = 0.15  # issue #15: every micro figure within 15% of the paper's value
+CONTEXT = 2048  # context tokens per sequence where a paper does not state it (b=1: KV < 2%)
+
+# Mean tokens (prompt + response) per step of the efficientrollout-qwen7b-8k preset, steps
+# 0-99, seed 0 (EfficientRollout Table 2 averages 100 steps); tests/sim/test_calibration.py
+# regenerates it.
+ER_TOKENS_PER_STEP = 771_473
+
+_TLT = "TLT (arXiv:2511.16665)"
+_ER = "EfficientRollout (Kim, Lee et al.)"
+_SA = "SpecActor (arXiv:2511.16193)"
+_SEER = "Seer (arXiv:2511.14617)"
+
+
+@cache
+def _cm(model: str, gpu: str, tp: int) -> RooflineCostModel:
+    return RooflineCostModel(get_model(model), get_gpu(gpu), tp)
+
+
+def _decode_ms(model: str, gpu: str, tp: int, b: int = 1) -> float:
+    return 1e3 * float(_cm(model, gpu, tp).iteration_time(b, b, b * CONTEXT))
+
+
+def _verify_ms(model: str, gpu: str, tp: int, b: int, query: int) -> float:
+    """One verification forward of `query` query tokens per sequence (gamma + 1)."""
+    return 1e3 * float(_cm(model, gpu, tp).iteration_time(b, b * query, b * CONTEXT))
+
+
+def _draft_ms(drafter: str, model: str, gpu: str, tp: int, steps: int, b: int = 1) -> float:
+    return 1e3 * float(_cm(model, gpu, tp).draft_time(drafter, b, b * CONTEXT, steps))
+
+
+def _tlt_table1_speedup() -> float:
+    """Accept length 8.67 (topK 8) per cycle of 12 EAGLE draft steps + a 64-token verify,
+    against plain decode; the tree's topK alternatives ride in the same memory-bound
+    passes at batch 1, so a draft step is priced as one chain step."""
+    cycle = _draft_ms("eagle", "qwen2.5-32b", "h100", 4, 12) + _verify_ms("qwen2.5-32b", "h100", 4, 1, 64)
+    return 8.67 * _decode_ms("qwen2.5-32b", "h100", 4) / cycle
+
+
+def _seer_tau(refs: int) -> float:
+    """Expected acceptance length (with the bonus token) of the grouped suffix-tree
+    acceptance simctl draws for a group with `refs` siblings, at Table 2's max draft 8."""
+    from simctl.traces.presets import SEER_TABLE2_GAMMA, suffix_acceptance
+
+    p, g = suffix_acceptance(refs + 1), SEER_TABLE2_GAMMA
+    return (1.0 - p ** (g + 1)) / (1.0 - p)
+
+
+def _outside_rollout_s(model: str, gpu: str, gpus: int, tokens: float) -> float:
+    """Reward + training + weight sync of one step, modelled from its work (sim/step_time.py)."""
+    spec, dev = get_model(model), get_gpu(gpu)
+    post = post_rollout_time(
+        StepTiming(),
+        tokens=int(tokens),
+        active_params=float(spec.active_param_count()),
+        weight_bytes=float(spec.weight_bytes()),
+        total_gpus=gpus,
+        gpu_flops=dev.bf16_flops,
+        sync_bw_Bps=dev.rdma_bw,
+    )
+    return post.reward_s + post.train_s + post.weight_sync_s
+
+
+@dataclass(frozen=True)
+class CalibrationPoint:
+    """One published micro-measurement and how simctl computes the same quantity."""
+
+    id: str
+    paper: str
+    source: str  # table / figure / section
+    quantity: str  # what is measured, with model, GPU, TP, batch
+    unit: str
+    paper_value: float
+    simctl: Callable[[], float]
+    fitted: str = ""  # the constant fitted to this point ("" = a check)
+    note: str = ""  # assumptions, and the reason for an error beyond TOLERANCE
+
+
+POINTS: tuple[CalibrationPoint, ...] = (
+    CalibrationPoint(
+        "tlt-t2-h100-7b-decode",
+        _TLT,
+        "Table 2, H100 row, w/o SD (164.65 tok/s)",
+        "decode time per token, Qwen2.5-7B, TP1, batch 1, H100",
+        "ms",
+        round(1e3 / 164.65, 3),
+        lambda: _decode_ms("qwen2.5-7b", "h100", 1),
+        fitted="RooflineParams.hbm_bw_eff (with EfficientRollout App. E.3), iteration_overhead_s",
+    ),
+    CalibrationPoint(
+        "tlt-t2-a100-7b-decode",
+        _TLT,
+        "Table 2, A100 row, w/o SD (92.83 tok/s)",
+        "decode time per token, Qwen2.5-7B, TP1, batch 1, A100",
+        "ms",
+        round(1e3 / 92.83, 3),
+        lambda: _decode_ms("qwen2.5-7b", "a100", 1),
+    ),
+    CalibrationPoint(
+        "er-t6-a100-7b-tp",
+        _ER,
+        "Table 6, Qwen2.5-7B, T_p",
+        "single-token target forward, Qwen2.5-7B, TP1, A100",
+        "ms",
+        10.45,
+        lambda: _decode_ms("qwen2.5-7b", "a100", 1),
+        note="batch not stated; priced at batch 1 (T_p is within 3% of TLT Table 2's batch-1 A100 value)",
+    ),
+    CalibrationPoint(
+        "er-t6-a100-7b-tq",
+        _ER,
+        "Table 6, Qwen2.5-7B, T_q",
+        "one-token EAGLE-3 drafter forward, Qwen2.5-7B, TP1, A100",
+        "ms",
+        0.82,
+        lambda: _draft_ms("eagle", "qwen2.5-7b", "a100", 1, 1),
+        fitted="RooflineParams.draft_step_overhead_s, eagle_vocab",
+    ),
+    CalibrationPoint(
+        "er-t6-a100-14b-tq",
+        _ER,
+        "Table 6, Qwen2.5-14B, T_q",
+        "one-token EAGLE-3 drafter forward, Qwen2.5-14B, TP1, A100",
+        "ms",
+        0.91,
+        lambda: _draft_ms("eagle", "qwen2.5-14b", "a100", 1, 1),
+    ),
+    CalibrationPoint(
+        "er-t6-a100-7b-tv-ratio",
+        _ER,
+        "Table 6, Qwen2.5-7B, T_V/T_p (gamma = 3, §4.1)",
+        "verify of 4 tokens / single-token forward, Qwen2.5-7B, TP1, A100",
+        "ratio",
+        1.37,
+        lambda: _verify_ms("qwen2.5-7b", "a100", 1, 1, 4) / _decode_ms("qwen2.5-7b", "a100", 1),
+        note="batch not stated; priced at batch 1 as T_p. Outside tolerance: a 4-token verify is "
+        "memory-bound like decode in the roofline; the 37% is vLLM's EAGLE verify path, which "
+        "the batch-free per-sequence terms cannot express without breaking TLT Table 7's 2.24x",
+    ),
+    CalibrationPoint(
+        "tlt-t7-h100-7b-tp2-decode",
+        _TLT,
+        "Table 7, Base (No-SD) (242.11 tok/s)",
+        "decode time per token, Qwen2.5-7B, TP2, batch 1, H100",
+        "ms",
+        round(1e3 / 242.11, 3),
+        lambda: _decode_ms("qwen2.5-7b", "h100", 2),
+        fitted="GPUSpec.allreduce_latency_s of H100 (6.8 us)",
+    ),
+    CalibrationPoint(
+        "sa-5.1-h800-32b-tp4-decode",
+        _SA,
+        "§5.1 ('lower to 13 ms when per-worker batch size is 1')",
+        "decode time per token, Qwen2.5-32B, TP4, batch 1, H800 (vLLM 0.10)",
+        "ms",
+        13.0,
+        lambda: _decode_ms("qwen2.5-32b", "h800", 4),
+        fitted="GPUSpec.allreduce_latency_s of H800 (45 us)",
+    ),
+    CalibrationPoint(
+        "sa-fig6b-verify-2x-batch",
+        _SA,
+        "§3 / Fig. 6b ('2x batch (from 128 to 256) only incurs a 1.4x higher latency')",
+        "verify time at batch 256 / at batch 128, Qwen2.5-32B, TP4, H800, gamma 2",
+        "ratio",
+        1.4,
+        lambda: _verify_ms("qwen2.5-32b", "h800", 4, 256, 3) / _verify_ms("qwen2.5-32b", "h800", 4, 128, 3),
+        fitted="bounds RooflineParams.verify_per_seq_overhead_s (0: any c_V > 0 moves it to 2x)",
+        note="gamma not stated; priced at the coupled window SpecActor's planner picks at batch 128 (2); "
+        "at 384-768 query tokens the roofline is compute-bound, so larger gammas approach 1.8x",
+    ),
+    CalibrationPoint(
+        "tlt-t1-h100-32b-tp4-sd-speedup",
+        _TLT,
+        "Table 1, topK 8 (accept length 8.67, speedup 3.64x)",
+        "SD speedup, Qwen2.5-32B, TP4, H100, draft depth 12, 64 tokens verified, batch 1",
+        "x",
+        3.64,
+        _tlt_table1_speedup,
+        note="batch 1 as in Fig. 13. Outside tolerance: TLT's tree drafting (topK expansion, "
+        "tree mask, 64-token tree verify) costs more per cycle than chained EAGLE steps; no "
+        "published per-step breakdown of it to fit to",
+    ),
+    CalibrationPoint(
+        "er-t2-7b-outside-rollout",
+        _ER,
+        "Table 2, Qwen2.5-7B, veRL (AR): step 132.6 s - rollout 82.4 s",
+        "reward + training + weight sync per step, Qwen2.5-7B, 8 A100, 1,024 responses",
+        "s",
+        round(132.6 - 82.4, 1),
+        lambda: _outside_rollout_s("qwen2.5-7b", "a100", 8, ER_TOKENS_PER_STEP),
+        fitted="sim/step_time.py TRAIN_MFU",
+        note="tokens per step: the preset's mean over steps 0-99 (the paper states none)",
+    ),
+    CalibrationPoint(
+        "er-t2-14b-outside-rollout",
+        _ER,
+        "Table 2, Qwen2.5-14B, veRL (AR): step 221.1 s - rollout 126.6 s",
+        "reward + training + weight sync per step, Qwen2.5-14B, 8 A100, 1,024 responses",
+        "s",
+        round(221.1 - 126.6, 1),
+        lambda: _outside_rollout_s("qwen2.5-14b", "a100", 8, ER_TOKENS_PER_STEP),
+        note="assumes the 7B run's tokens per step (same dataset and budget, §4.1)",
+    ),
+    *(
+        CalibrationPoint(
+            f"seer-t2-refs{n}",
+            _SEER,
+            f"Table 2, n = {n}, Linear",
+            f"mean acceptance length of grouped suffix-tree drafting, {n} sibling references, max draft 8",
+            "tokens",
+            tau,
+            partial(_seer_tau, n),
+            fitted="traces/presets.py suffix_acceptance (acceptance input, interpolated between rows)",
+        )
+        for n, tau in ((0, 1.70), (1, 2.04), (5, 2.32), (15, 2.53))
+    ),
+)
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    id: str
+    paper: str
+    source: str
+    quantity: str
+    unit: str
+    paper_value: float
+    simctl: float
+    error: float  # simctl / paper - 1
+    within_tolerance: bool
+    fitted: str
+    note: str
+
+    def to_json(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def evaluate(points: tuple[CalibrationPoint, ...] = POINTS) -> list[CalibrationRow]:
+    """simctl's value and relative error for every point (recomputed from the cost model)."""
+    rows = []
+    for p in points:
+        value = float(p.simctl())
+        err = value / p.paper_value - 1.0
+        rows.append(
+            CalibrationRow(
+                p.id,
+                p.paper,
+                p.source,
+                p.quantity,
+                p.unit,
+                p.paper_value,
+                value,
+                err,
+                abs(err) <= TOLERANCE,
+                p.fitted,
+                p.note,
+            )
+        )
+    return rows
