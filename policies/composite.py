@@ -142,6 +142,9 @@ class ReplicaAwareScheduler(SeerScheduler):
         with a free slot whose KV budget fits `need` (or that run nothing), the lowest id
         among equals. It scans every worker for every dispatched chunk, so the key's parts
         are compared in turn rather than built into a tuple per worker."""
+        if self._uniform and not any(n > 0 for n in self._replica_load.values()):
+            # no worker runs replicas: the key is the scheduler's (reserved share, running)
+            return super()._select_worker(need)
         if self._budgets_of is not self._caps:  # the KV budgets, per set of capacities
             self._budgets_of = self._caps
             self._budgets = [cap * (1.0 - self.kv_margin) for cap in self._caps]

@@ -110,6 +110,13 @@ class SeerScheduler(Policy):
         self._lfs: list[tuple[int, int, float, int]] = []  # (-estimate, served chunks, random, group)
         self._generated: dict[RequestId, int] = {}
         self._caps: list[int] = []
+        # Equal KV capacities (the usual cluster): the least-loaded worker comes off a heap
+        # of (reserved share, running, worker, reserved) with stale entries skipped, instead
+        # of a scan of every worker per dispatch (which grew the step's cost with the
+        # cluster squared). `_idle` holds the workers running nothing.
+        self._uniform = False
+        self._free: list[tuple[float, int, WorkerId, int]] = []
+        self._idle: set[WorkerId] = set()
 
     # ------------------------------------------------------------------------ events
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
@@ -130,6 +137,9 @@ class SeerScheduler(Policy):
         self._generated = {}
         self._loads = [WorkerLoad() for _ in range(view.num_workers)]
         self._caps = [view.worker(w).kv_capacity_tokens for w in range(view.num_workers)]
+        self._uniform = len(set(self._caps)) == 1
+        self._free = [(0.0, 0, w, 0) for w in range(view.num_workers)] if self.max_seqs > 0 else []
+        self._idle = set(range(view.num_workers))
         for rid in requests:
             pid = view.request(rid).prompt_id
             grp = self._groups.get(pid)
@@ -145,6 +155,7 @@ class SeerScheduler(Policy):
         load = self._loads[worker]
         load.reserved -= load.by_request.pop(rid, 0)
         load.running -= 1
+        self._loaded(worker)
         grp = self._groups[self._group_of[rid]]
         grp.served += generated - self._generated.get(rid, 0)
         self._generated[rid] = generated
@@ -232,12 +243,45 @@ class SeerScheduler(Policy):
             load.reserved += ctx + chunk
             load.running += 1
             load.by_request[rid] = ctx + chunk
+            self._loaded(worker)
             out.append(Assign(request=rid, worker=worker, max_tokens=chunk, priority=priority))
         return out
+
+    def _loaded(self, w: WorkerId) -> None:
+        """Worker `w`'s load changed: rank it afresh (its older heap entries go stale)."""
+        load = self._loads[w]
+        if load.running < self.max_seqs:
+            heapq.heappush(self._free, (load.reserved / self._caps[w], load.running, w, load.reserved))
+        if load.running == 0:
+            self._idle.add(w)
+        else:
+            self._idle.discard(w)
 
     def _select_worker(self, need: int) -> WorkerId | None:
         """Least-loaded worker (reserved KV share, then concurrency) that fits `need`; an
         idle worker takes a chunk larger than any budget rather than none taking it."""
+        if not self._uniform:
+            return self._scan_workers(need)
+        free = self._free
+        while free:
+            _, running, w, reserved = free[0]
+            load = self._loads[w]
+            if load.running == running and load.reserved == reserved:
+                break
+            heapq.heappop(free)
+        if not free:
+            return None
+        w = free[0][2]
+        load = self._loads[w]
+        if load.reserved + need <= self._caps[w] * (1.0 - self.kv_margin) or load.running == 0:
+            return w
+        # Equal capacities: every other worker with room has reserved at least as much, so
+        # none fits; only an idle one may still take the chunk (the least loaded of them).
+        idle = [(self._loads[i].reserved / self._caps[i], i) for i in self._idle]
+        return min(idle)[1] if idle else None
+
+    def _scan_workers(self, need: int) -> WorkerId | None:
+        """`_select_worker` by a scan of every worker (unequal KV capacities)."""
         best, best_key = None, None
         for w, load in enumerate(self._loads):
             budget = self._caps[w] * (1.0 - self.kv_margin)

@@ -1,0 +1,121 @@
+"""Simulator cost per policy (issue #17). Run: nice .venv/bin/python bench/bench_sim_speed.py
+
+For every registered policy: simulator CPU seconds (`time.process_time`, around the replay
+call only: trace load, validation and report writing excluded) for one step of the bundled
+dapo-32b-20k sample at its layout (h100x512, 16,384 requests) and at 8x the cluster
+(h100x4096, the step's prompt groups replicated 8x with fresh prompt ids: the same requests
+per worker). The Seer variants are also measured on the bundled Seer preset sample.
+Each measurement runs in a fresh single-threaded process, so caches and heaps are its own.
+
+Prints per policy: CPU s/step at both sizes, the ratio to verl's on the same trace and
+cluster (issue target <= 3) and the 4,096/512 growth (target <= 10, linear is 8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DAPO = ROOT / "traces/samples/dapo-32b-20k-2steps.parquet"
+SEER = ROOT / "traces/samples/seer-moonlight-64k-tokens.parquet"
+BASELINE = "verl"
+TARGET_VS_VERL = 3.0
+TARGET_GROWTH = 10.0
+
+CHILD = r"""
+import dataclasses, json, sys, time
+import numpy as np, pandas as pd, pyarrow as pa
+from simctl.traces.io import Trace
+from simctl.traces.validate import load_valid_trace
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import load_cost_model
+from simctl.sim.models import get_model
+from simctl.sim.replay import ReplaySetup, run_policy
+path, factor, policy, step = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+tr = load_valid_trace(path)
+rows = np.flatnonzero(tr.df["step"].to_numpy() == step)
+df = tr.df.iloc[rows].reset_index(drop=True)
+span = int(df["prompt_id"].max()) + 1
+# 8x the cluster, same requests per worker: the step's groups again with fresh prompt ids
+df = pd.concat([df.assign(prompt_id=df["prompt_id"] + k * span) for k in range(factor)], ignore_index=True)
+lists = {k: pa.concat_arrays([v.take(pa.array(rows))] * factor) for k, v in tr.lists.items()}
+trace = Trace(df=df, meta=tr.meta, lists=lists, path=tr.path)
+base = tr.meta.cluster if isinstance(tr.meta.cluster, str) and tr.meta.cluster else "h100x512"
+spec = parse_cluster(base)
+spec = dataclasses.replace(spec, nodes=spec.nodes * factor)
+model = get_model(tr.meta.model)
+setup = ReplaySetup(trace=trace, cluster=spec, model=model, cost=load_cost_model(model, spec), steps=[step])
+run = run_policy(setup, policy)
+print(json.dumps({"cpu_s": run.sim_cpu_s, "wall_s": run.sim_wall_s, "requests": len(df),
+                  "gpus": spec.total_gpus, "makespan_s": run.steps[0].rollout_makespan_s}))
+"""
+
+
+def measure(trace: Path, factor: int, policy: str, step: int = 0) -> dict:
+    """One policy, one step, in a fresh single-threaded process."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(trace), str(factor), policy, str(step)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if out.returncode:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: dict | None) -> str:
+    if "error" in small:
+        return f"{name:32s} error: {small['error']}"
+    cells = f"{name:32s} {small['cpu_s']:8.2f} {small['cpu_s'] / base_small['cpu_s']:7.2f}"
+    if big is None or base_big is None:
+        return cells
+    if "error" in big:
+        return cells + f"  error: {big['error']}"
+    growth = big["cpu_s"] / small["cpu_s"]
+    flag = "" if small["cpu_s"] / base_small["cpu_s"] <= TARGET_VS_VERL and growth <= TARGET_GROWTH else "  *"
+    return cells + f" {big['cpu_s']:9.2f} {big['cpu_s'] / base_big['cpu_s']:7.2f} {growth:7.2f}{flag}"
+
+
+def table(title: str, trace: Path, policies: list[str], factor: int) -> None:
+    """Measure and print one trace's table as it goes (a slow policy shows up at once)."""
+    print(f"\n{title}: {trace.name}, step 0; 1x and {factor}x cluster (same requests/worker)")
+    big, growth = f"cpu s {factor}x", f"{factor}x/1x"
+    print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s} {big:>9s} {'x verl':>7s} {growth:>7s}")
+    base_small = measure(trace, 1, BASELINE)
+    base_big = measure(trace, factor, BASELINE) if factor > 1 else None
+    for name in policies:
+        small = base_small if name == BASELINE else measure(trace, 1, name)
+        big = None
+        if factor > 1 and "error" not in small:
+            big = base_big if name == BASELINE else measure(trace, factor, name)
+        print(_row(name, small, big, base_small, base_big), flush=True)
+
+
+def main() -> None:
+    from simctl.policies.registry import REGISTRY
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policy", action="append", help="only these policies (default: every registered one)")
+    ap.add_argument("--factor", type=int, default=8, help="cluster multiple for the growth column (1: skip)")
+    ap.add_argument("--no-seer-preset", action="store_true", help="only the dapo table")
+    args = ap.parse_args()
+    names = args.policy or sorted(REGISTRY)
+    t = time.perf_counter()
+    print(f"targets: cpu <= {TARGET_VS_VERL:g}x {BASELINE}'s, growth <= {TARGET_GROWTH:g} (* = missed)")
+    table("dapo-32b-20k", DAPO, names, args.factor)
+    seers = [n for n in names if n.startswith("seer")]
+    if seers and not args.no_seer_preset:
+        table("Seer preset", SEER, [BASELINE, *seers], args.factor)
+    print(f"(bench wall {time.perf_counter() - t:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
