@@ -41,6 +41,7 @@ class VllmCalibrator:
         seed: int = 0,
         threads: int = 1,
         kv_gib: float = 2.0,
+        temperature: float = 1.0,
         log: Callable[[str], None] | None = None,
     ) -> None:
         from simctl.live.vllm_backend import set_vllm_env
@@ -50,6 +51,7 @@ class VllmCalibrator:
 
         register()
         self.model_dir, self.vocab, self.seed = model_dir, vocab, seed
+        self.temperature = temperature
         self.log = log or (lambda _m: None)
         self._engine_obj: Any = None
 
@@ -78,22 +80,29 @@ class VllmCalibrator:
         g = torch.Generator().manual_seed(self.seed * 100003 + i)
         return torch.randint(3, self.vocab, (n,), generator=g).tolist()
 
-    @staticmethod
-    def _submit(engine: Any, tag: str, prompts: list[list[int]], max_tokens: int) -> list[str]:
-        """Add greedy requests that ignore EOS (their lengths are the sweep's), by fresh ids."""
+    def _submit(self, engine: Any, tag: str, prompts: list[list[int]], max_tokens: int) -> list[str]:
+        """Add requests that ignore EOS (their lengths are the sweep's), by fresh ids, sampled
+        as `simctl live --backend vllm` samples them (position-keyed at the run's
+        temperature): keyed sampling's own cost per iteration (a float64 inverse CDF per
+        row) is part of what a live iteration costs, and a greedy calibration left it out
+        (decode steps measured 37% under a live run's at batch 64 with SmolLM2)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=0.0,
-            ignore_eos=True,
-            output_kind=RequestOutputKind.DELTA,
-            detokenize=False,
-        )
+        from simctl.live.torch_engine.sampling import request_key
+        from simctl.live.vllm_keyed_sampling import STREAM_KEY
+
         ids = [f"{tag}-{time.perf_counter_ns()}-{i}" for i in range(len(prompts))]
         for rid, prompt in zip(ids, prompts, strict=True):
+            params = SamplingParams(
+                max_tokens=max_tokens,
+                temperature=self.temperature,
+                ignore_eos=True,
+                output_kind=RequestOutputKind.DELTA,
+                detokenize=False,
+                extra_args={STREAM_KEY: request_key(self.seed, rid)} if self.temperature > 0 else None,
+            )
             engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), params)
         return ids
 
@@ -238,13 +247,22 @@ def vllm_profile(
     kv_gib: float,
     log: Callable[[str], None] | None = None,
     seed: int = 0,
+    temperature: float = 1.0,
 ) -> dict[str, Any]:
     from simctl.live.models import kv_capacity_tokens
 
     if loaded.path is None:
         raise ValueError("backend 'vllm' needs a model directory (smollm2 or a HF dir), not random:")
     t0 = time.perf_counter()
-    cal = VllmCalibrator(loaded.path, loaded.vocab_size, seed=seed, threads=threads, kv_gib=kv_gib, log=log)
+    cal = VllmCalibrator(
+        loaded.path,
+        loaded.vocab_size,
+        seed=seed,
+        threads=threads,
+        kv_gib=kv_gib,
+        temperature=temperature,
+        log=log,
+    )
     rows = cal.rows(sweep)
     return {
         "format": "simctl-profile/1",

@@ -98,9 +98,9 @@ def _execute(ex: LiveExecutor, run: LiveRun, runtime: Runtime | None) -> str | N
     except (LiveError, CostModelMissing) as exc:
         error = str(exc)
     finally:
+        run.wall_s = time.perf_counter() - t0  # the run itself, not the engines' shutdown
         if runtime is not None:
             runtime.close()
-        run.wall_s = time.perf_counter() - t0
         run.records = list(ex.records) + ([ex.partial] if ex.partial is not None else [])
         run.approximated = ex.approximated
         run.overhead = ex.overhead

@@ -74,11 +74,31 @@ def cpu_cores(threads: int) -> str:
     return str(first) if last <= first else f"{first}-{last}"
 
 
+def warm_up(engine: Any) -> Any:
+    """Run one short request through a new engine before it serves a run: the first
+    iterations compile (vLLM's n-gram proposer is a numba `parallel=True` kernel, compiled
+    in every process on its first call: ~10-60 s on 2 shared cores) and allocate, and that
+    must not be timed as the run's first iteration. The prompt repeats itself so that the
+    n-gram proposer finds a match and runs."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, detokenize=False)
+    engine.add_request("simctl-warm-up", TokensPrompt(prompt_token_ids=[11, 12, 13, 14] * 4), params)
+    while engine.has_unfinished_requests():
+        engine.step()
+    return engine
+
+
 def set_vllm_env(threads: int, kv_gib: float) -> None:
     """In-process engines, this many CPU threads and this KV space (set before vLLM loads)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{max(1, round(kv_gib))}")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_cores(threads))
+    # vLLM's n-gram proposer is a numba parallel kernel: numba's own thread pool (one thread
+    # per core by default) spins between calls, and with an engine per core those spinning
+    # pools took the cores from the engines (n-gram runs of 2 engines on 2 cores 9x slower)
+    os.environ.setdefault("NUMBA_NUM_THREADS", str(threads))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(tempfile.gettempdir(), "simctl-vllm-cache"))
 
@@ -307,7 +327,7 @@ class VllmBackend:
                 speculative_config=speculative_config(spec, rate),
                 per_request_spec_decode_metrics=metrics,
             )
-            pool.append(LLMEngine.from_engine_args(args))
+            pool.append(warm_up(LLMEngine.from_engine_args(args)))
         return [
             VllmWorker(
                 e,

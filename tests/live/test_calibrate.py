@@ -177,7 +177,7 @@ def test_vllm_verify_rows_count_what_was_drafted(monkeypatch: pytest.MonkeyPatch
     for name, mod in (("vllm", fake), ("vllm.inputs", inputs), ("vllm.sampling_params", sp)):
         monkeypatch.setitem(sys.modules, name, mod)
     cal = VllmCalibrator.__new__(VllmCalibrator)
-    cal.vocab, cal.seed = 5000, 0
+    cal.vocab, cal.seed, cal.temperature = 5000, 0, 1.0
     for b, k in ((4, 1), (4, 4)):
         eng = _FakeVllmEngine(gamma=3)
         t, drafted, steps = cal.measure_verify(eng, b, 64, k, 3, 5, drafted_total=lambda e=eng: e.drafted)

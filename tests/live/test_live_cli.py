@@ -136,7 +136,7 @@ def test_report_reads_the_live_run(run_dir: Path, tmp_path: Path) -> None:
     study = load_study([run_dir], Notes())
     assert {s.policy for s in study.series} == {"verl", "ngram"}
     assert all(r.source == "live" for r in study.runs)
-    assert set(study.runs[0].tables) == {"requests", "timeline", "roles"}
+    assert set(study.runs[0].tables) == {"requests", "timeline", "roles", "iterations"}  # live: per iteration
 
 
 def test_trace_mode_reproduces_lengths(run_dir: Path, tmp_path: Path) -> None:
