@@ -152,13 +152,13 @@ def bucket_means(matches: np.ndarray, width: int) -> list[float]:
 
 
 def _contexts(trace: Trace, vocab: int) -> tuple[list[np.ndarray], list[int]]:
-    from simctl.live.workload import _prompt_ids  # the live run's prompts, same rule
+    from simctl.live.workload import trace_prompt_ids  # the live run's prompts, same rule
 
     vals, off = trace.token_arrays("response_tokens")
     plens = trace.df["prompt_len"].to_numpy(np.int64)
     contexts = []
     for i in range(len(trace.df)):
-        prompt = np.asarray(_prompt_ids(trace, i, int(plens[i]), vocab), np.int64)
+        prompt = np.asarray(trace_prompt_ids(trace, i, int(plens[i]), vocab), np.int64)
         contexts.append(np.concatenate([prompt, vals[off[i] : off[i + 1]].astype(np.int64)]))
     return contexts, [int(p) for p in plens]
 

@@ -228,7 +228,7 @@ def acceptance_rows(trace: Trace, rows: np.ndarray, scale: float) -> list[TraceA
     return out
 
 
-def _prompt_ids(trace: Trace, i: int, plen: int, vocab: int) -> tuple[int, ...]:
+def trace_prompt_ids(trace: Trace, i: int, plen: int, vocab: int) -> tuple[int, ...]:
     """Row i's prompt of `plen` tokens: the trace's ids (a prefix when scaled down), else
     synthetic ids that are the same for the whole prompt group."""
     if "prompt_tokens" in trace.lists:
@@ -291,7 +291,7 @@ def from_trace(
                 RequestSpec(
                     prompt_id=int(df["prompt_id"].iat[i]),
                     sample=int(df["sample"].iat[i]),
-                    prompt=_prompt_ids(trace, i, p, vocab),
+                    prompt=trace_prompt_ids(trace, i, p, vocab),
                     max_tokens=max(r, scaled(int(df["max_tokens"].iat[i]), scale)),
                     budget=r,
                     finish_reason=str(df["finish_reason"].iat[i]),

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from simctl.cli import main
 from simctl.live.annotate import _batches, annotate_trace
 from simctl.live.models import load_model
-from simctl.live.workload import _prompt_ids
+from simctl.live.workload import trace_prompt_ids
 from simctl.traces.io import Trace, write_trace
 from simctl.traces.schema import TraceMeta
 from simctl.traces.validate import load_valid_trace
@@ -69,7 +69,7 @@ def _trace(model, *, with_prompts: bool, requests: int = 6, seed: int = 0) -> Tr
     if with_prompts:
         prompts = [rng.integers(0, VOCAB, p).tolist() for p in plens]
     else:  # what annotate and a live run use without recorded prompts
-        prompts = [list(_prompt_ids(probe, i, p, VOCAB)) for i, p in enumerate(plens)]
+        prompts = [list(trace_prompt_ids(probe, i, p, VOCAB)) for i, p in enumerate(plens)]
     resps = _responses(model, prompts, seed)
     df["response_len"] = [len(r) for r in resps]
     df["max_tokens"] = 64
@@ -91,7 +91,7 @@ def _brute_force(model, trace: Trace) -> list[np.ndarray]:
             pv, po = trace.token_arrays("prompt_tokens")
             prompt = pv[po[i] : po[i + 1]].tolist()
         else:
-            prompt = list(_prompt_ids(trace, i, plen, VOCAB))
+            prompt = list(trace_prompt_ids(trace, i, plen, VOCAB))
         resp = rv[ro[i] : ro[i + 1]].tolist()
         out.append(np.array([_greedy(model, prompt + resp[:k]) == resp[k] for k in range(len(resp))]))
     return out
