@@ -231,10 +231,7 @@ class LiveExecutor:
             if w is None:
                 if stall_ok:
                     return
-                left = sum(r.state == "unassigned" for r in c.requests[: c.n_requests])
-                raise LiveError(
-                    f"policy '{self.policy.name}' left {left} request(s) unassigned with every worker idle"
-                )
+                raise stalled(self.cluster, self.policy.name)
             self._iterate(w)
 
     def _next_worker(self) -> LiveWorker | None:
@@ -491,3 +488,10 @@ class LiveExecutor:
             old = self.history.get(pid, PromptHistory())
             lengths = (*old.lengths, tuple(r.generated for r in rs))
             self.history[pid] = PromptHistory(lengths=lengths, rewards=old.rewards)
+
+
+def stalled(c: ClusterState, policy: str) -> LiveError:
+    """The error of a step in which nothing runs and requests are still unplaced (both
+    executors' drivers raise it)."""
+    left = sum(r.state == "unassigned" for r in c.requests[: c.n_requests])
+    return LiveError(f"policy '{policy}' left {left} request(s) unassigned with every worker idle")
