@@ -30,6 +30,7 @@ from simctl.traces.io import write_trace
 from simctl.traces.run_format import (
     FORMAT_VERSION,
     ITERATION_COLUMNS,
+    PHASE_COLUMNS,
     ROLE_CHANGE_COLUMNS,
     SEGMENT_COLUMNS,
     PolicyEntry,
@@ -43,8 +44,9 @@ from simctl.traces.run_format import write_json as write_json  # re-exported for
 from simctl.traces.run_format import write_run_dir as write_tables
 from simctl.traces.schema import FILL_PREFIX, HIT_PREFIX, TraceMeta, accept_column
 
-# The executor's segments: the timeline's columns less `replicas`, which it does not record
-LIVE_SEGMENT_COLUMNS = [c for c in SEGMENT_COLUMNS if c != "replicas"]
+# The executor's segments: the timeline's columns less `replicas` and the phase split, which
+# it does not record (iterations.parquet splits live time)
+LIVE_SEGMENT_COLUMNS = [c for c in SEGMENT_COLUMNS if c not in ("replicas", *PHASE_COLUMNS)]
 DEFAULT_GAMMA = 4  # draft length for offline acceptance of methods no policy ran
 
 
@@ -342,7 +344,10 @@ def timeline_frame(run: LiveRun) -> pd.DataFrame:
     """The executor's segments; `replicas` null (not recorded live)."""
     frames = [
         pd.DataFrame(rec.segments, columns=LIVE_SEGMENT_COLUMNS).assign(
-            replicas=pd.array([pd.NA] * len(rec.segments), dtype="Int32"), policy=run.name, step=rec.step
+            replicas=pd.array([pd.NA] * len(rec.segments), dtype="Int32"),
+            **dict.fromkeys(PHASE_COLUMNS, np.nan),
+            policy=run.name,
+            step=rec.step,
         )
         for rec in run.records
         if rec.segments

@@ -6,10 +6,17 @@ lent to another role (drafter, verifier, trainer: roles.parquet) and idle, so th
 up to makespan x GPUs and idle over the total is the run's own `gpu_idle_fraction`
 (sim/metrics.py). What the busy time splits into depends on what the executor recorded:
 
-- simulated runs (timeline.parquet): segments without speculation are `decode`, segments
-  with a draft length are `speculative (draft + verify)`: the simulator prices drafting
-  and verification together and records only their sum. Prefill and preemption recompute
-  are inside those segments, not recorded apart.
+- simulated runs (timeline.parquet): each segment records the seconds the simulator priced
+  for `prefill` (first-admitted prompts), `preemption recompute` (context whose KV was lost
+  to a preemption, or to a re-dispatch or migration without KV transfer, including tokens
+  carried over from an earlier step) and `draft` (drafting on the worker's own GPUs, plus
+  any wait for a decoupled drafter slower than verification); the rest of a segment is
+  `verify` where it speculated, else `decode`. A prefill pass is priced once for all the
+  tokens admitted before an iteration, so its prefill and recompute parts are shared in
+  proportion to their tokens. Drafting on separate drafter workers (SpecActor's decoupled
+  drafters, TLT's spot drafter) is theirs: `lent to another role`, not counted again.
+  Runs written before the split (no prefill_s/recompute_s/draft_s columns) show
+  `decode` and `speculative (draft + verify)`, with the rest "not recorded".
 - live runs (iterations.parquet, one row per engine iteration): `draft` (the engine's own
   draft_s, also where the drafter proposed nothing), `verify` (the rest of an iteration
   that drafted), `prefill + decode` (the rest of one that admitted uncached tokens: prefill
@@ -17,8 +24,11 @@ up to makespan x GPUs and idle over the total is the run's own `gpu_idle_fractio
   outside the engine). The live executor does not preempt.
 
 Step (mean over steps): rollout (the makespan), reward, training after the rollout and
-weight sync, from run.json `parts` (sim/metrics.py); live runs record no split, so the
-time after the rollout is one part.
+weight sync, from run.json `parts` (sim/metrics.py: the trace's timing, else modelled by
+sim/step_time.py). Live runs carry no `parts`: their step time is the measured makespan
+plus the trace's recorded reward/training/sync timing where the workload has it, added up
+without keeping the parts (live/recorder.py), and nothing is modelled live; so the time
+after the rollout is one part, "not split", rather than a split the run never recorded.
 """
 
 from __future__ import annotations
@@ -33,20 +43,24 @@ from simctl.reports.context import Context
 from simctl.reports.load import Series
 from simctl.reports.tables import Col, Table, fmt_num, fmt_pct, fmt_text
 from simctl.sim.role_time import LENT_ROLES, role_seconds
+from simctl.traces.run_format import PHASE_COLUMNS
 
 # Every phase a breakdown may have, in drawing order; a run fills those it records.
 PHASES = (
+    "prefill",
+    "preemption recompute",
     "prefill + decode",
     "decode",
     "speculative (draft + verify)",
-    "verify",
     "draft",
-    "preemption recompute",
+    "verify",
     "executor / policy",
     "lent to another role",
     "idle",
 )
-SIM_PHASES = ("decode", "speculative (draft + verify)", "lent to another role", "idle")
+SIM_PHASES = ("prefill", "preemption recompute", "decode", "draft", "verify", "lent to another role", "idle")
+# simulated runs written before the timeline recorded its phase split
+OLD_SIM_PHASES = ("decode", "speculative (draft + verify)", "lent to another role", "idle")
 LIVE_PHASES = (
     "prefill + decode",
     "decode",
@@ -83,9 +97,10 @@ class PhaseSeconds:
 
 
 def gpus_per_worker(s: Series) -> float:
-    """A simulated worker holds `tp` GPUs (cluster provenance); a live worker one device."""
+    """A simulated worker holds `gpus_per_worker` GPUs (cluster provenance; `tp` in runs
+    recorded before data-parallel attention workers existed); a live worker one device."""
     cluster = s.run.provenance.get("cluster") or {}
-    tp = cluster.get("tp") if isinstance(cluster, dict) else None
+    tp = cluster.get("gpus_per_worker", cluster.get("tp")) if isinstance(cluster, dict) else None
     return float(tp) if isinstance(tp, int) and tp > 0 else 1.0
 
 
@@ -130,6 +145,8 @@ def phase_seconds(ctx: Context, s: Series, step: int | None = None) -> PhaseSeco
     if iters is not None and not iters.empty:
         out.seconds = _live_busy(iters, busy, mk, n, g)
         out.not_recorded = ("preemption recompute",)
+    elif all(c in seg and bool(seg[c].notna().all()) for c in PHASE_COLUMNS):
+        out.seconds = _sim_busy(seg, dur, g)
     else:
         spec = seg["gamma_mean"].fillna(0.0).to_numpy(float) > 0
         out.seconds = {
@@ -140,6 +157,26 @@ def phase_seconds(ctx: Context, s: Series, step: int | None = None) -> PhaseSeco
     out.seconds["lent to another role"] = float(lent.sum() * g)
     out.seconds["idle"] = float((mk - busy - lent).clip(0.0).sum() * g)
     return out
+
+
+def _sim_busy(seg: pd.DataFrame, dur: np.ndarray, g: float) -> dict[str, float]:
+    """Busy GPU-seconds of a simulated step by the phases its timeline recorded (module
+    docstring); `dur`: each segment's seconds before the makespan, the phases of a segment
+    that runs past it counted in the same share."""
+    span = (seg["t1_s"] - seg["t0_s"]).to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(span > 0, dur / span, 0.0)
+    prefill, recompute, draft = (seg[c].to_numpy(float) * share for c in PHASE_COLUMNS)
+    rest = np.clip(dur - prefill - recompute - draft, 0.0, None)
+    spec = seg["gamma_mean"].fillna(0.0).to_numpy(float) > 0
+    parts = {
+        "prefill": prefill,
+        "preemption recompute": recompute,
+        "decode": np.where(spec, 0.0, rest),
+        "draft": draft,
+        "verify": np.where(spec, rest, 0.0),
+    }
+    return {k: float(v.sum() * g) for k, v in parts.items()}
 
 
 def _live_busy(it: pd.DataFrame, busy: np.ndarray, mk: float, n: int, g: float) -> dict[str, float]:

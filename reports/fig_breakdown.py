@@ -28,6 +28,7 @@ from simctl.reports.fig_dynamics import cdf_points
 from simctl.reports.style import legend, save, step_axis, subplots
 
 PHASE_COLORS = {
+    "prefill": "#332288",
     "prefill + decode": "#56B4E9",
     "decode": "#0072B2",
     "speculative (draft + verify)": "#CC79A7",
@@ -97,8 +98,10 @@ def breakdown_figure(ctx: Context) -> list[FigureOut]:
     missing = sorted({p for r in rows for p in r.not_recorded})
     caption = (
         "Each worker's GPUs over the makespan: busy (by phase), lent to another role, or idle; "
-        "the parts add up to makespan × GPUs (table: breakdown). Simulated runs price draft and "
-        "verify together; live runs split them from the engine's own timing. Not recorded apart "
+        "the parts add up to makespan × GPUs (table: breakdown). Simulated runs split what the "
+        "simulator priced: prefill, preemption recompute and drafting apart, the rest verify or "
+        "decode; live runs split engine iterations by the engine's own timing (an iteration that "
+        "admitted a prompt is 'prefill + decode': one forward does both). Not recorded apart "
         f"(inside the busy phases): {', '.join(missing) or 'nothing'}."
     )
     return [FigureOut("breakdown", path.stem, "Makespan breakdown", caption, path)]

@@ -100,7 +100,9 @@ class StepSimulation:
         self.done = False
         self.done_event = self.env.event()
         self.counters: Counter[str] = Counter()
-        self.segments: list[tuple] = []  # (worker, t0, t1, iterations, batch, kv, gamma_mean)
+        # traces.run_format SEGMENT_COLUMNS: (worker, t0, t1, iterations, batch, kv, gamma_mean,
+        # replicas, prefill_s, recompute_s, draft_s)
+        self.segments: list[tuple] = []
         self.roles: list[tuple[int, float, str]] = []  # (worker, time, role)
         self.unfinished = state.n_requests
         self.request_spec = False  # some request has its own speculation setting
@@ -147,10 +149,17 @@ class StepSimulation:
         return len(self.drafter_clients[drafter_worker]), self.workers[drafter_worker].gpus
 
     def record_segment(
-        self, worker: int, t0: float, t1: float, iterations: int, plan: Plan, batch: int
+        self, worker: int, t0: float, t1: float, iterations: int, plan: Plan, batch: int, pos: int
     ) -> None:
         st = self.state
         replicas = int((st.origin[plan.ids] != plan.ids).sum()) if len(st.origin) > st.n_requests else 0
+        # what the plan priced for these iterations, never more than the segment lasted
+        # (the difference of cumulative sums may round below their parts)
+        prefill, recompute, draft = plan.phase_seconds(pos, pos + iterations)
+        span = t1 - t0
+        prefill = min(prefill, span)
+        recompute = min(recompute, span - prefill)
+        draft = min(max(draft, 0.0), span - prefill - recompute)
         self.segments.append(
             (
                 worker,
@@ -161,6 +170,9 @@ class StepSimulation:
                 plan.kv_tokens,
                 plan.spec_gamma_mean,
                 replicas,
+                prefill,
+                recompute,
+                draft,
             )
         )
 

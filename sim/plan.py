@@ -28,7 +28,29 @@ class Plan:
     # (`iterations` if it does not within the block); a row takes part up to that column.
     finish: np.ndarray | None = None
     probe: ModelProbe | None = None  # rows drawn from the grouped-drafter model (drift check)
+    # Where the priced time went, so the timeline can split a segment's busy time without
+    # estimating it afterwards (reports/breakdown.py). Seconds of iteration 0 that are the
+    # prefill of first-admitted prompts and the recompute of context whose KV was lost
+    # (preemption, re-dispatch without KV): one prefill pass priced on their tokens together,
+    # shared in proportion to those tokens.
+    prefill_s: float = 0.0
+    recompute_s: float = 0.0
+    # Speculative plans: cumulative drafting seconds at the end of each iteration (drafting
+    # on the worker's own GPUs, plus waiting for a decoupled drafter slower than
+    # verification); the rest of an iteration is verification. None: plain decoding.
+    draft_cum_s: np.ndarray | None = None
 
     @property
     def iterations(self) -> int:
         return len(self.cum_s)
+
+    def phase_seconds(self, pos: int, done: int) -> tuple[float, float, float]:
+        """(prefill, recompute, draft) seconds of iterations [pos, done) of the plan: the
+        prefill pass only where the stretch holds iteration 0."""
+        first = pos == 0 and done > 0
+        prefill = self.prefill_s if first else 0.0
+        recompute = self.recompute_s if first else 0.0
+        draft = 0.0
+        if self.draft_cum_s is not None and done > pos:
+            draft = float(self.draft_cum_s[done - 1] - (self.draft_cum_s[pos - 1] if pos else 0.0))
+        return prefill, recompute, draft

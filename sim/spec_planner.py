@@ -22,6 +22,10 @@ from simctl.sim.worker_host import WorkerHost
 # (request, iteration) outcomes: the horizon shrinks with the batch.
 SPEC_BLOCK_CELLS = 1 << 19
 
+# Blocks up to this many cells take the direct formulas of `finish_columns` and
+# `capped_column_sums` (their faster forms pay off only on large blocks).
+SMALL_BLOCK_CELLS = 1 << 12
+
 # Per row: acceptance per verified level, draft depth, method index (-1 = plain decode),
 # decoupled window (0 = coupled), tree width and tokens verified.
 SpecArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -37,6 +41,47 @@ class _Block(NamedTuple):
     gone: np.ndarray  # rows finished before each iteration
     ctx: np.ndarray  # context tokens of the batch in each iteration
     k: int  # iterations
+
+
+def finish_columns(cum: np.ndarray, remaining: np.ndarray) -> np.ndarray:
+    """Per row, the number of columns of `cum` below the row's `remaining`: the column in
+    which it reaches its dispatch end (`cum.shape[1]`: not in the block). Rows of `cum`
+    never fall (a block emits no negative tokens), so that count is the first column at or
+    above `remaining`, which `argmax` finds without counting a whole row (this runs on
+    every speculative block, up to SPEC_BLOCK_CELLS cells).
+
+    >>> finish_columns(np.array([[1, 3, 6], [2, 2, 2]], np.int32), np.array([3, 5]))
+    array([1, 3])
+    """
+    if cum.size <= SMALL_BLOCK_CELLS:
+        return np.count_nonzero(cum < remaining[:, None], axis=1)
+    rem = _narrow(remaining, cum.dtype)
+    fin = np.argmax(cum >= rem[:, None], axis=1)
+    return np.where(cum[:, -1] >= rem, fin, cum.shape[1]) if cum.shape[1] else fin
+
+
+def capped_column_sums(cum: np.ndarray, remaining: np.ndarray) -> np.ndarray:
+    """Per column, `min(cum, remaining)` summed over the rows, as int64 (tokens emitted so
+    far). The sum runs in int32 when it cannot overflow: it is at most `remaining.sum()`
+    (the int64 accumulation is several times slower on a block's cells).
+
+    >>> capped_column_sums(np.array([[1, 3, 6], [2, 2, 2]], np.int32), np.array([3, 5]))
+    array([3, 5, 5])
+    """
+    if cum.size <= SMALL_BLOCK_CELLS:
+        return np.minimum(cum, remaining[:, None]).sum(axis=0, dtype=np.int64)
+    rem = _narrow(remaining, cum.dtype)[:, None]
+    if cum.dtype == np.int32 and int(remaining.sum()) < (1 << 31) - 1:
+        return np.minimum(cum, rem).sum(axis=0, dtype=np.int32).astype(np.int64)
+    return np.minimum(cum, rem).sum(axis=0, dtype=np.int64)
+
+
+def _narrow(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`values` in `dtype` where all fit (comparisons then run without widening `cum`)."""
+    info = np.iinfo(dtype)
+    if len(values) and info.min <= int(values.min()) and int(values.max()) <= info.max:
+        return values.astype(dtype, copy=False)
+    return values
 
 
 class SpecPlanner:
@@ -131,7 +176,7 @@ class SpecPlanner:
         k = self._block_length(remaining, alpha, gamma, cap, first_finish, horizon)
         x, draw = self._outcomes(ids, arrays, k)
         blk = self._layout(ids, remaining, x, first_finish)
-        t = self._iteration_seconds(ids, arrays, blk, draw.slots)
+        t, draft = self._iteration_seconds(ids, arrays, blk, draw.slots)
         t[0] += prefill
         fin, k = blk.fin, blk.k
         stops = np.unique(fin[fin < k] + 1)
@@ -152,6 +197,7 @@ class SpecPlanner:
             decoupled_rows=dec if dec.any() else None,
             finish=fin,
             probe=draw.probe,
+            draft_cum_s=np.cumsum(draft),
         )
 
     def _block_length(
@@ -198,14 +244,13 @@ class SpecPlanner:
         the first finish when requests wait, and before the KV cache would overflow."""
         k = x.shape[1]
         cum = np.cumsum(x, axis=1, dtype=np.int32)
-        # cum rises along a row: the columns before it reaches `remaining` count to its finish
-        fin = np.count_nonzero(cum < remaining[:, None], axis=1)
+        fin = finish_columns(cum, remaining)
         if first_finish and (fin < k).any():
             k = int(fin.min()) + 1
             x, cum = x[:, :k], cum[:, :k]
             fin = np.minimum(fin, k)
         # tokens emitted per iteration (a row's last iteration emits only what it had left)
-        colsum = np.minimum(cum, remaining[:, None]).sum(axis=0, dtype=np.int64)
+        colsum = capped_column_sums(cum, remaining)
         emitted = colsum.copy()
         emitted[1:] -= colsum[:-1]
         before = colsum - emitted
@@ -224,10 +269,11 @@ class SpecPlanner:
 
     def _iteration_seconds(
         self, ids: np.ndarray, arrays: SpecArrays, blk: _Block, exact_slots: np.ndarray | None
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Seconds of each iteration: verification (of the draft slots the drafter filled:
         model-free drafters propose nothing where no n-gram matches) overlapped with
-        decoupled drafting, plus coupled drafting."""
+        decoupled drafting, plus coupled drafting; and the drafting part of each (coupled
+        drafting and any wait for a slower decoupled drafter), which the timeline records."""
         _, gamma, methods, window, topk, verify = arrays
         st, b, k, gone, fin = self.host.state, len(ids), blk.k, blk.gone, blk.fin
         rows = gamma > 0
@@ -254,7 +300,8 @@ class SpecPlanner:
             ids, methods, gamma, batch, new_tokens, blk.ctx, blk.order, gone, exact_slots is not None
         )
         coupled, decoupled = self.draft_times(ids, methods, gamma, window, topk, blk.ctx, fin, batch)
-        return np.maximum(verify_s, decoupled) + coupled
+        draft = coupled + np.maximum(decoupled - verify_s, 0.0)
+        return np.maximum(verify_s, decoupled) + coupled, np.broadcast_to(draft, (blk.k,))
 
     # ------------------------------------------------------------------------- pricing
     def verify_time(

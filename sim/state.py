@@ -59,6 +59,9 @@ class StepState:
     spec_tokens: np.ndarray = field(init=False)
     preemptions: np.ndarray = field(init=False)
     dispatches: np.ndarray = field(init=False)
+    # The row's prompt was prefilled in this step (a Fastest-of-N replica inherits it):
+    # tokens a later admission computes again are preemption/migration recompute.
+    prefilled: np.ndarray = field(init=False)
     spec: list[SpecConfig] = field(init=False)  # per-request override; SPEC_OFF = use worker's
 
     def __post_init__(self) -> None:
@@ -77,6 +80,7 @@ class StepState:
         self.spec_tokens = np.zeros(n, np.int64)
         self.preemptions = np.zeros(n, np.int32)
         self.dispatches = np.zeros(n, np.int32)
+        self.prefilled = np.zeros(n, np.bool_)
         self.spec = [SPEC_OFF] * n
         self.methods = list(self.accept)
         self.accept_mat = (
@@ -120,6 +124,7 @@ class StepState:
         "spec_tokens",
         "preemptions",
         "dispatches",
+        "prefilled",
         "accept_mat",
         "fill_mat",
         "hit_mat",

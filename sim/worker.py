@@ -14,7 +14,9 @@ validated against. Speculative blocks are planned by sim.spec_planner.
 The batching engine mirrors vLLM's scheduler in the parts that shape a rollout tail:
 admission by priority then arrival up to `max_num_seqs` and KV capacity (head-of-line
 blocking), newly admitted prompts prefilled in the next iteration, and preemption by
-recompute of the most recently admitted request when the KV cache overflows.
+recompute of the most recently admitted request when the KV cache overflows. The plan
+notes which part of its prefill pass was first-time prefill and which recompute (and the
+spec planner its drafting seconds), so the timeline records the time as it was priced.
 
 The worker sees its simulation only as a WorkerHost (sim.worker_host), and the simulation
 changes a worker only through its methods (enqueue, set_spec, set_role, drop_running,
@@ -82,7 +84,10 @@ class Worker:
         # exact grouped drafting sees the siblings' tokens when a worker plans (Seer's
         # periodic fetch), so its blocks end at each tick
         self._replan_at_tick = acceptance.fetches_on_replan
+        # uncached tokens admitted since the last applied iteration, priced as one prefill
+        # pass in the next; of them, context recomputed after its KV was lost
         self.prefill_tokens = 0
+        self.recompute_tokens = 0
         self.iteration = 0
         self._since_tick = 0
         self._horizon = FIRST_HORIZON
@@ -192,13 +197,28 @@ class Worker:
                 break  # head-of-line blocking, as vLLM's FCFS/priority queue
             heapq.heappop(self._waiting)
             self.waiting_count -= 1
-            self.prefill_tokens += need - int(min(st.kv_resident[rid], need))
+            self._count_prefill(rid, need)
             st.kv_resident[rid] = need
             st.state[rid] = RUNNING
             used += need
             added.append(rid)
         if added:
             self.running = np.concatenate([self.running, np.asarray(added, np.int64)])
+
+    def _count_prefill(self, rid: int, need: int) -> None:
+        """Add an admission's uncached tokens to the next prefill pass. A first admission's
+        prompt is prefill; everything else it computes (tokens generated before: carried
+        over from an earlier step, or lost with the KV of a preemption or a re-dispatch) is
+        recompute."""
+        st = self.host.state
+        resident = int(min(st.kv_resident[rid], need))
+        self.prefill_tokens += need - resident
+        if st.prefilled[rid]:
+            self.recompute_tokens += need - resident
+        else:
+            prompt = int(st.prompt_len[rid])
+            self.recompute_tokens += need - max(resident, prompt)
+            st.prefilled[rid] = True
 
     def _preempt_for_room(self) -> None:
         """Recompute-preempt the latest admitted requests until one iteration fits."""
@@ -238,10 +258,21 @@ class Worker:
                 ctx = ctx0 + b * np.arange(k, dtype=np.float64)
                 t = np.asarray(cost.iteration_time(b, b, ctx), dtype=np.float64)
                 t[0] += prefill
-                return self._with_ticks(Plan(ids, np.cumsum(t), remaining, None, None, None, ctx0, 0.0))
-            return self._with_ticks(self._plan_plain_finishes(ids, remaining, cap, prefill))
+                plain = Plan(ids, np.cumsum(t), remaining, None, None, None, ctx0, 0.0)
+                return self._with_ticks(self._with_prefill(plain, prefill))
+            return self._with_ticks(
+                self._with_prefill(self._plan_plain_finishes(ids, remaining, cap, prefill), prefill)
+            )
         plan = self.planner.plan(ids, remaining, arrays, cap, prefill, first_finish, self._horizon)
-        return self._with_ticks(plan)
+        return self._with_ticks(self._with_prefill(plan, prefill))
+
+    def _with_prefill(self, plan: Plan, prefill: float) -> Plan:
+        """Note on the plan which part of its priced prefill pass was recompute (by tokens:
+        the pass is priced on them together)."""
+        if self.recompute_tokens:
+            plan.recompute_s = prefill * (self.recompute_tokens / self.prefill_tokens)
+        plan.prefill_s = prefill - plan.recompute_s
+        return plan
 
     def _with_ticks(self, plan: Plan) -> Plan:
         """Stop at every policy tick inside the block: the tick is reported there and the
@@ -289,7 +320,7 @@ class Worker:
         now (a lost worker's last completed iteration)."""
         st, host = self.host.state, self.host
         ids = plan.ids
-        self.prefill_tokens = 0
+        self.prefill_tokens = self.recompute_tokens = 0
         if plan.tokens is None:
             progress = np.minimum(done, plan.remaining)  # tokens since the plan started
             prev = np.minimum(pos, plan.remaining)
@@ -303,7 +334,7 @@ class Worker:
         left = plan.remaining - progress
         now = host.env.now if end_s is None else end_s
         t0 = now - float(plan.cum_s[done - 1] - (plan.cum_s[pos - 1] if pos else 0.0))
-        host.record_segment(self.id, t0, now, done - pos, plan, int((prev < plan.remaining).sum()))
+        host.record_segment(self.id, t0, now, done - pos, plan, int((prev < plan.remaining).sum()), pos)
         self.iteration += done - pos
         fired_tick = False
         tick = host.tick_iterations

@@ -73,9 +73,10 @@ class WorkerHost(Protocol):
         ...
 
     def record_segment(
-        self, worker: int, t0: float, t1: float, iterations: int, plan: Plan, batch: int
+        self, worker: int, t0: float, t1: float, iterations: int, plan: Plan, batch: int, pos: int
     ) -> None:
-        """A stretch of a plan was applied: busy from t0 to t1 with `batch` requests."""
+        """A stretch of a plan was applied: busy from t0 to t1 with `batch` requests, plan
+        iterations [pos, pos + iterations) (the prefill pass is in the one holding 0)."""
         ...
 
     def end_dispatch(self, rid: int, worker: int, now: float) -> None:

@@ -7,7 +7,8 @@ it in ui.perfetto.dev or chrome://tracing. Layout:
 - one thread (track) per rollout worker, named `worker N`, holding a complete event
   ("ph": "X") per busy segment of the timeline table (`traces/run_format.py` TIMELINE:
   `t0_s`..`t1_s`), named by its batch size, with args batch, iterations, kv_tokens,
-  gamma_mean and step;
+  gamma_mean, step and, where the run records them, the seconds of the segment that were
+  prefill, recompute and drafting (prefill_s, recompute_s, draft_s; null where not);
 - a `steps` track per policy with one complete event per RL step;
 - with the requests table, an instant event ("ph": "i", thread scope) on the worker's
   track where each request finished.
@@ -33,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from simctl.traces.atomic import atomic_write
+from simctl.traces.run_format import PHASE_COLUMNS
 
 US = 1e6  # microseconds per second
 
@@ -95,7 +97,8 @@ def _segments(
     pid: int, frame: pd.DataFrame, spans: Mapping[tuple[str, int], tuple[float, float]]
 ) -> list[dict[str, Any]]:
     out = []
-    extra = [c for c in ("iterations", "kv_tokens", "gamma_mean", "replicas") if c in frame.columns]
+    named = ("iterations", "kv_tokens", "gamma_mean", "replicas", *PHASE_COLUMNS)
+    extra = [c for c in named if c in frame.columns]
     for row in frame.itertuples(index=False):
         start = spans[(str(row.policy), int(row.step))][0]
         args = {"batch": int(row.batch), "step": int(row.step)}

@@ -77,6 +77,9 @@ class TableSpec:
         return list(self.schema.names)
 
 
+# Timeline columns splitting a segment's busy time (added to version 2 later: optional)
+PHASE_COLUMNS = ("prefill_s", "recompute_s", "draft_s")
+
 REQUESTS = TableSpec(
     "requests",
     pa.schema(
@@ -117,12 +120,21 @@ TIMELINE = TableSpec(
             ("kv_tokens", pa.int64()),
             ("gamma_mean", pa.float64()),  # mean draft length of the speculating requests (0: none)
             ("replicas", pa.int32()),  # Fastest-of-N replicas running; null where not recorded (live)
+            # Seconds of the segment that were prefill of first-admitted prompts, recompute of
+            # context whose KV was lost (preemption, re-dispatch without KV) and drafting on
+            # the worker's own GPUs (with any wait for a decoupled drafter); the rest is
+            # verification where gamma_mean > 0, else decoding. As the simulator priced them;
+            # null where not recorded (live: iterations.parquet splits its time).
+            ("prefill_s", pa.float64()),
+            ("recompute_s", pa.float64()),
+            ("draft_s", pa.float64()),
             ("policy", pa.string()),
             ("step", pa.int32()),
         ]
     ),
     ("policy", "step", "worker", "t0_s", "t1_s", "iterations", "batch", "kv_tokens", "gamma_mean"),
     "one row per busy segment of a worker (iterations with the same batch merged)",
+    late_columns=PHASE_COLUMNS,
 )
 
 ROLES = TableSpec(
@@ -180,7 +192,8 @@ def record_columns(spec: TableSpec) -> list[str]:
     return [c for c in spec.columns if c not in ("policy", "step")]
 
 
-# sim.engine segments; live.executor segments lack `replicas` (the live timeline has it null)
+# sim.engine segments; live.executor segments lack `replicas` and PHASE_COLUMNS (the live
+# timeline has them null)
 SEGMENT_COLUMNS = record_columns(TIMELINE)
 ROLE_CHANGE_COLUMNS = record_columns(ROLES)  # sim.engine and live.executor role changes
 ITERATION_COLUMNS = record_columns(ITERATIONS)  # live.executor.StepRecord.iterations

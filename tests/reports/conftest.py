@@ -86,7 +86,7 @@ def make_live_copy(sim_dir: Path, out: Path, slowdown: float = LIVE_SLOWDOWN) ->
         pol["mean_rollout_makespan_s"] *= slowdown
         pol["mean_step_time_s"] *= slowdown
     (out / "run.json").write_text(json.dumps(doc))
-    _scale(out / "timeline.parquet", ["t0_s", "t1_s"], slowdown)
+    _scale(out / "timeline.parquet", ["t0_s", "t1_s", "prefill_s", "recompute_s", "draft_s"], slowdown)
     _scale(out / "requests.parquet", ["finish_s"], slowdown)
     return out
 

@@ -37,11 +37,34 @@ def test_makespan_breakdown_adds_up_and_matches_the_idle_metric(report, run_dir)
         assert total == pytest.approx(row["makespan_s"] * 16, rel=1e-9)
         assert row["idle"] / total == pytest.approx(entry["gpu_idle_fraction"], rel=1e-9, abs=1e-12)
         assert all(v is None or v >= 0 for v in parts)
-        assert "prefill" in row["not_recorded"]  # the simulator does not time it apart
+        assert row["not_recorded"] == ""  # the simulator records every phase it priced
+        assert "speculative (draft + verify)" not in row  # split into draft and verify
+        assert row["prefill"] > 0  # every request's prompt was prefilled
     verl = next(r for r in table["rows"] if r["policy"] == "verl")
     ngram = next(r for r in table["rows"] if r["policy"] == "ngram")
-    assert verl["speculative (draft + verify)"] == 0 and verl["decode"] > 0
-    assert ngram["speculative (draft + verify)"] > 0
+    assert verl["draft"] == 0 and verl["verify"] == 0 and verl["decode"] > 0
+    assert ngram["draft"] > 0 and ngram["verify"] > ngram["draft"]
+    # the same prompts on the same workers: the same prefill whatever the policy decodes with
+    assert ngram["prefill"] == pytest.approx(verl["prefill"], rel=1e-9)
+
+
+def test_run_without_phase_columns_shows_the_old_split(fresh_run, tmp_path, report):
+    """A simulated run written before the timeline split its phases still loads: decode and
+    speculative (draft + verify), the rest 'not recorded', adding up as before."""
+    path = fresh_run / "timeline.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns(["prefill_s", "recompute_s", "draft_s"]), path)
+    index = build_report([fresh_run], tmp_path / "out")
+    old = json.loads((index.parent / "tables" / "breakdown.json").read_text())
+    split_table = json.loads((report.parent / "tables" / "breakdown.json").read_text())
+    new = {r["policy"]: r for r in split_table["rows"]}
+    for row in old["rows"]:
+        assert row["not_recorded"] == "prefill, draft vs verify, preemption recompute"
+        assert "prefill" not in row and "draft" not in row
+        split = new[row["policy"]]
+        busy = sum(split[k] for k in ("prefill", "preemption recompute", "decode", "draft", "verify"))
+        assert row["decode"] + row["speculative (draft + verify)"] == pytest.approx(busy, rel=1e-9)
+        assert row["idle"] == pytest.approx(split["idle"], rel=1e-12)
 
 
 def _phases(table: dict) -> set[str]:
