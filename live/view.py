@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simctl.live.cluster_state import ClusterState
-from simctl.policies.contract import Capability, ModelInfo, PromptHistory, RequestView, WorkerView
+from simctl.policies.bulk_reads import RequestRows
+from simctl.policies.contract import Capability, ModelInfo, PromptHistory, RequestView, SpecConfig, WorkerView
 
 if TYPE_CHECKING:
     from simctl.sim.cost_model import CostModel
@@ -98,6 +99,32 @@ class LiveView:
             accepted_tokens=r.accepted,
             verify_iterations=r.spec_iters,
         )
+
+    def draft_counters(self, requests: Sequence[int]) -> tuple[list[int], list[int], list[SpecConfig]]:
+        """Drafted tokens, accepted tokens and own speculation setting of many requests at
+        once, as `request(r)` gives them (the simulator's view has the same fast path, which
+        `policies.drafter_evidence.draft_counters` uses). Cost: proportional to `requests`."""
+        rs = [self._c.requests[r] for r in requests]
+        return [r.drafted for r in rs], [r.accepted for r in rs], [r.spec for r in rs]
+
+    def request_rows(self, requests: Sequence[int]) -> RequestRows:
+        """State, worker, draft counters and own setting of many requests at once, as
+        `request(r)` gives them (`policies.bulk_reads`). Cost: proportional to `requests`."""
+        rs = [self._c.requests[r] for r in requests]
+        return RequestRows(
+            [r.state for r in rs],
+            [r.worker for r in rs],
+            [r.drafted for r in rs],
+            [r.accepted for r in rs],
+            [r.spec for r in rs],
+            [r.spec_iters for r in rs],
+        )
+
+    def worker_loads(self, workers: Sequence[int]) -> list[int]:
+        """Running plus waiting sequences of many workers, as `worker(w)` gives them
+        (`policies.bulk_reads`). Cost: proportional to `workers`."""
+        ws = self._c.workers
+        return [len(ws[w].running) + ws[w].waiting for w in workers]
 
     def worker_requests(self, worker: int) -> Sequence[int]:
         return self._c.worker_requests(worker)

@@ -255,7 +255,7 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
             self.prior[DraftMethod.SUFFIX] = per_token_acceptance(chain, TABLE2_DRAFT)
         with_history = 0
         for rid in requests:
-            pid = view.request(rid).prompt_id
+            pid = self._prompt[rid] = view.request(rid).prompt_id
             if pid not in self._history:
                 self._history[pid] = bool(view.history(pid).lengths)
             with_history += self._history[pid]

@@ -16,7 +16,8 @@ import math
 from collections.abc import Sequence
 
 from simctl.policies.acceptance_tables import p_from_tau
-from simctl.policies.contract import SPEC_OFF, ClusterView, RequestId, RequestView, SpecConfig, WorkerId
+from simctl.policies.bulk_reads import draft_counters
+from simctl.policies.contract import SPEC_OFF, ClusterView, RequestId, SpecConfig, WorkerId
 from simctl.policies.drafter_arms import MULTI_PATH, P_MAX
 
 
@@ -36,7 +37,8 @@ class DrafterEvidence:
     def _reset_evidence(self) -> None:
         """Forget the requests (every step); the pooled evidence (`pool`) stays."""
         self.own: dict[RequestId, dict[str, list[float]]] = {}  # request -> method -> evidence
-        self._seen: dict[RequestId, RequestView] = {}  # request -> its view at the last read
+        # request -> (drafted, accepted) at the last read
+        self._seen: dict[RequestId, tuple[int, int]] = {}
         self._prompt: dict[RequestId, int] = {}
         # record's memos: (drafted, depth) -> (iterations, request and pool fading factors);
         # (drafted, accepted, depth) -> p_from_tau (kept per step: they only grow)
@@ -108,23 +110,25 @@ class DrafterEvidence:
         """`_observe_request` for each of `rids` (on `worker`), as one loop: configuring a
         worker reads every request on it. `record`'s conversion is memoised on the integers
         it is computed from: reads repeat the same few (drafted, depth) pairs (a tick is a
-        fixed number of iterations) and often the same accepted count. The view of the last
-        read is kept whole rather than unpacked into a new tuple."""
-        seen, ratios, fade, chain_p, credit = self._seen, self._ratio, self._fade, self._chain_p, self._credit
+        fixed number of iterations) and often the same accepted count. The counters are read
+        for all of `rids` at once (`draft_counters`)."""
+        seen, ratios, fade, chain_p = self._seen, self._ratio, self._fade, self._chain_p
+        own_of, pool_of = self.own, self.pool
         fallback = self.default.get(worker, SPEC_OFF) if worker is not None else SPEC_OFF
-        for rid in rids:
-            rv = view.request(rid)
+        prompt = self._prompt
+        drafted_now, accepted_now, specs = draft_counters(view, rids)
+        for rid, d_now, a_now, spec in zip(rids, drafted_now, accepted_now, specs, strict=True):
             last = seen.get(rid)
-            seen[rid] = rv
+            seen[rid] = (d_now, a_now)
             if last is None:  # first read this step (a request's prompt never changes)
-                self._prompt[rid] = rv.prompt_id
-                drafted, accepted = rv.drafted_tokens, rv.accepted_tokens
+                if rid not in prompt:  # (`_start` fills it for the step's requests)
+                    prompt[rid] = view.request(rid).prompt_id
+                drafted, accepted = d_now, a_now
             else:
-                drafted = rv.drafted_tokens - last.drafted_tokens
-                accepted = rv.accepted_tokens - last.accepted_tokens
+                drafted = d_now - last[0]
+                accepted = a_now - last[1]
             if drafted <= 0:  # nothing drafted since the last read: `record` ignores it
                 continue
-            spec = rv.spec
             if spec.plain:
                 continue
             if not spec.enabled:  # the request runs with its worker's setting, if any
@@ -147,4 +151,21 @@ class DrafterEvidence:
                 q = chain_p[(drafted, accepted, depth)] = p_from_tau(1.0 + accepted / iterations, depth)
             if method == MULTI_PATH:
                 q /= ratios.get(spec.topk, 1.0)
-            credit(rid, method, iterations, q if q < P_MAX else P_MAX, keep, keep_pool)
+            q = q if q < P_MAX else P_MAX
+            # `_credit`, inlined (every request of a configured worker, at every tick)
+            own = own_of.get(rid)
+            if own is None:
+                own = own_of[rid] = {}
+            for ev in own.values():
+                ev[0] *= keep
+                ev[1] *= keep
+            mine = own.get(method)
+            if mine is None:
+                mine = own[method] = [0.0, 0.0]
+            mine[0] += iterations
+            mine[1] += q * iterations
+            pool = pool_of.get(method)
+            if pool is None:
+                pool = pool_of[method] = [0.0, 0.0]
+            pool[0] = pool[0] * keep_pool + iterations
+            pool[1] = pool[1] * keep_pool + q * iterations

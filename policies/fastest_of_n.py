@@ -38,6 +38,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from simctl.policies.bulk_reads import request_rows, worker_loads
 from simctl.policies.contract import (
     Action,
     Capability,
@@ -134,19 +135,28 @@ class FastestOfN(Policy):
         for d in self.reserved:  # a lent worker whose clients are all done is free too
             if d not in self.free and all(v in self.free for v, dd in self.reserved_for.items() if dd == d):
                 self.free.add(d)
-        free = sorted(w for w in self.free if _load(view, w) == 0)
+        candidates = sorted(self.free)
+        free = [w for w, n in zip(candidates, worker_loads(view, candidates), strict=True) if n == 0]
         dedicated = {w for ws in self.workers_by_method.values() for w in ws}
         free = [w for w in free if w not in dedicated]
         active: list[tuple[RequestId, float]] = []
         home: dict[RequestId, WorkerId] = {}
         methods: dict[WorkerId, str] = {}
-        for rid in self.unfinished:
-            rv = view.request(rid)
-            if rv.state not in ("running", "waiting") or rv.worker is None:
+        # every unfinished request, read in bulk (this runs at every idle worker of the tail)
+        rids = list(self.unfinished)
+        rows = request_rows(view, rids)
+        columns = (rows.state, rows.worker, rows.drafted, rows.accepted, rows.spec)
+        for rid, state, w, drafted, accepted, spec in zip(rids, *columns, strict=True):
+            if w is None or state not in ("running", "waiting"):
                 continue
-            active.append((rid, rv.acceptance_rate if rv.acceptance_rate is not None else 0.0))
-            home[rid] = rv.worker
-            self.assigned.setdefault((rid, request_method(view, rid, methods)), rv.worker)
+            active.append((rid, accepted / drafted if drafted else 0.0))
+            home[rid] = w
+            if spec.enabled and spec.method is not None:
+                method = spec.method
+            else:  # its worker's setting, as `request_method` reads it
+                cached = methods.get(w)
+                method = cached if cached is not None else _worker_method(view, w, methods)
+            self.assigned.setdefault((rid, method), w)
         if self.reserve:
             free = free[: max(0, len(free) - math.ceil(self.reserve * len(active)))]
         if not active or not free:
@@ -154,7 +164,8 @@ class FastestOfN(Policy):
         ladder = self.ladder if self.ladder_source is None else self.ladder_source(view, sorted(home))
         if not ladder:
             return []
-        load = {w: _load(view, w) for w in dedicated}
+        busy = list(dedicated)
+        load = dict(zip(busy, worker_loads(view, busy), strict=True))
         order = [r.method for r in ladder]
         picks = fastest_of_n(active, order, self.assigned, self.workers_by_method, free, load, self.max_batch)
         spec = {r.method: r.spec for r in ladder}
@@ -167,6 +178,8 @@ class FastestOfN(Policy):
         return out
 
 
-def _load(view: ClusterView, worker: WorkerId) -> int:
-    wv = view.worker(worker)
-    return wv.running + wv.waiting
+def _worker_method(view: ClusterView, worker: WorkerId, cache: dict[WorkerId, str]) -> str:
+    """The method a worker's setting drafts with ("" for none), remembered in `cache`."""
+    ws = view.worker(worker).spec
+    method = cache[worker] = ws.method if ws.enabled and ws.method is not None else ""
+    return method

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,26 @@ def accept_distribution(p: float, w: int) -> list[float]:
 
 def tau_decoupled(p: float, w: int) -> float:
     """Expected tokens per decoupled window: a partially accepted window costs a second
-    cycle (the drafter redrafts), so it yields (a+1)/2 per cycle; a full one yields w."""
+    cycle (the drafter redrafts), so it yields (a+1)/2 per cycle; a full one yields w.
+    (Summed term by term in order, as `taus_decoupled` does for every window at once.)"""
     probs = accept_distribution(p, w)
-    return sum(probs[a] * (a + 1) / 2.0 for a in range(w)) + w * probs[w]
+    partial_s = 0.0
+    for a in range(w):
+        partial_s += probs[a] * (a + 1) / 2.0
+    return partial_s + w * probs[w]
+
+
+def taus_decoupled(p: float, max_window: int) -> list[float]:
+    """`tau_decoupled(p, w)` for w = 1 .. max_window in one pass (equal to the float): the
+    sums of shorter windows are prefixes of a longer one's. Algorithm 2 asks for every
+    window of every running request below the mean acceptance at every tick."""
+    out = []
+    partial_s = 0.0
+    for a in range(max_window):
+        partial_s += p**a * (1.0 - p) * (a + 1) / 2.0
+        w = a + 1
+        out.append(partial_s + w * p**w)
+    return out
 
 
 def tokens_coupled(p: float, gamma: int) -> float:
@@ -127,10 +144,38 @@ def best_window(tgs_of_w: Callable[[int], float], max_window: int = 16) -> tuple
 
 
 def reconfigure(laws: CostLaws, p: float, drafter_gpus: int, max_window: int = 16) -> tuple[str, int, float]:
-    """Algorithm 2 for one request at batch 1: ('coupled'|'decoupled', window, TGS)."""
-    w_c, t_c = best_window(lambda w: tgs_coupled(laws, p, w, 1.0), max_window)
-    w_d, t_d = best_window(lambda w: tgs_decoupled(laws, p, w, 1.0, drafter_gpus), max_window)
+    """Algorithm 2 for one request at batch 1: ('coupled'|'decoupled', window, TGS).
+
+    The best windows of `tgs_coupled` and `tgs_decoupled` at b = 1 (`best_window`), the
+    same floats computed with the cost side once per (laws, drafter GPUs, windows): only
+    the acceptance differs from request to request (`_window_costs`)."""
+    coupled_s, decoupled_s = _window_costs(laws, drafter_gpus, max_window)
+    w_c, t_c = _best_ratio([tokens_coupled(p, w) for w in range(1, max_window + 1)], coupled_s)
+    w_d, t_d = _best_ratio(taus_decoupled(p, max_window), decoupled_s)
     return ("decoupled", w_d, t_d) if t_d > t_c else ("coupled", w_c, t_c)
+
+
+@lru_cache(maxsize=256)
+def _window_costs(laws: CostLaws, drafter_gpus: int, max_window: int) -> tuple[list[float], list[float]]:
+    """Per window w = 1 .. max_window at b = 1: the denominators of `tgs_coupled` and
+    `tgs_decoupled` (seconds per iteration and per window cycle)."""
+    b = 1.0
+    coupled = [max(w * laws.draft(b) + laws.verify(w)(b), 1e-12) for w in range(1, max_window + 1)]
+    decoupled = [
+        max(w * laws.draft(b / max(drafter_gpus, 1)), laws.verify(w)(b), 1e-12)
+        for w in range(1, max_window + 1)
+    ]
+    return coupled, decoupled
+
+
+def _best_ratio(tokens: list[float], seconds: list[float]) -> tuple[int, float]:
+    """`best_window` over tokens[w - 1] / seconds[w - 1]: the first maximum."""
+    best_w, best = 1, tokens[0] / seconds[0]
+    for i in range(1, len(tokens)):
+        v = tokens[i] / seconds[i]
+        if v > best:
+            best_w, best = i + 1, v
+    return best_w, best
 
 
 @dataclass(frozen=True)
@@ -170,9 +215,18 @@ def fastest_of_n(
     verification batch stays below `max_batch`. Returns new (request, method, worker)."""
     out = []
     free = list(free_workers)
+
+    def has_room(m: str) -> bool:
+        return any(load.get(w, 0) < max_batch for w in workers_by_method.get(m, ()))
+
+    # methods whose workers have room; once none has and no free worker is left, no later
+    # request can be placed (loads only grow), so the scan stops there
+    room = {m: has_room(m) for m in methods}
     for rid, _acc in sorted(requests, key=lambda x: (x[1], x[0])):
+        if not free and not any(room.values()):
+            break
         for m in methods:
-            if (rid, m) in assigned:
+            if (rid, m) in assigned or not (free or room[m]):
                 continue
             pool = [w for w in workers_by_method.get(m, []) if load.get(w, 0) < max_batch]
             if not pool and free:
@@ -185,4 +239,5 @@ def fastest_of_n(
             assigned[(rid, m)] = w
             load[w] = load.get(w, 0) + 1
             out.append((rid, m, w))
+            room[m] = has_room(m)
     return out

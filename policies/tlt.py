@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from simctl.policies.beg_mab import DEFAULT_THRESHOLDS, DEFAULT_TOPK, BegMab, Strategy, default_strategies
+from simctl.policies.bulk_reads import request_rows
 from simctl.policies.compose import Composed
 from simctl.policies.contract import (
     SPEC_OFF,
@@ -62,6 +63,7 @@ from simctl.policies.contract import (
     Tick,
     WorkerId,
     WorkerIdle,
+    WorkerView,
 )
 from simctl.policies.draft_methods import DraftMethod
 from simctl.policies.family import Family
@@ -270,9 +272,15 @@ class TltSpeculation(Policy):
     def _retune(self, worker: WorkerId, view: ClusterView, now: float) -> list[Action]:
         if not self._use_eagle or worker not in self._strategy:
             return []
-        for rid in view.worker_requests(worker):  # migrated ones included
-            self._fold(view, rid, worker)
         iv = self._interval[worker]
+        rids = list(view.worker_requests(worker))  # migrated ones included
+        if rids:  # `_fold` of each, the counters read in bulk (every tick of a worker)
+            rows, seen = request_rows(view, rids), self._seen
+            for rid, accepted, iterations in zip(rids, rows.accepted, rows.verify_iterations, strict=True):
+                acc0, it0 = seen.get(rid, (0, 0))
+                seen[rid] = (accepted, iterations)
+                iv.accepted += accepted - acc0
+                iv.iterations += iterations - it0
         w = view.worker(worker)
         if iv.iterations > 0 and w.running > 0:
             strategy = self._strategy[worker]
@@ -281,12 +289,16 @@ class TltSpeculation(Policy):
                 elapsed = max(now - iv.start_s, 1e-12)
                 reward = (iv.accepted + iv.iterations) / elapsed
             else:
-                reward = a_bar * w.running / self.predicted_iteration_s(view, worker, strategy)
+                reward = a_bar * w.running / self.predicted_iteration_s(view, worker, strategy, w)
             self.mab.record(strategy, reward, a_bar)
-        return self._switch(worker, view, now)
+        return self._switch(worker, view, now, w.running)
 
-    def _switch(self, worker: WorkerId, view: ClusterView, now: float) -> list[Action]:
-        batch = view.worker(worker).running
+    def _switch(
+        self, worker: WorkerId, view: ClusterView, now: float, running: int | None = None
+    ) -> list[Action]:
+        """Start a new interval and pick the strategy for the worker's batch (`running`: its
+        running sequences, if already read at this event)."""
+        batch = view.worker(worker).running if running is None else running
         self._interval[worker] = _Interval(start_s=now)
         if batch <= 0:
             return []
@@ -300,9 +312,12 @@ class TltSpeculation(Policy):
         )
         return [SetSpec(spec=spec, worker=worker)]
 
-    def predicted_iteration_s(self, view: ClusterView, worker: WorkerId, s: Strategy) -> float:
-        """Draft (depth steps over batch*topK tokens) + verification of the drafted tokens."""
-        w = view.worker(worker)
+    def predicted_iteration_s(
+        self, view: ClusterView, worker: WorkerId, s: Strategy, wv: WorkerView | None = None
+    ) -> float:
+        """Draft (depth steps over batch*topK tokens) + verification of the drafted tokens
+        (`wv`: the worker's view, if already read at this event)."""
+        w = view.worker(worker) if wv is None else wv
         b, ctx = w.running, float(w.kv_used_tokens)
         verify = s.verify if s.topk > 1 else s.depth + 1
         return view.cost(b, b * verify, ctx) + view.draft_cost(self.method, b * s.topk, ctx, s.depth)

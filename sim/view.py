@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+import numpy as np
 import simpy
 
+from simctl.policies.bulk_reads import RequestRows
 from simctl.policies.contract import (
     Capability,
     ModelInfo,
     PromptHistory,
     RequestView,
+    SpecConfig,
     WorkerView,
 )
 from simctl.sim.cost_model import CostModel
@@ -117,6 +120,39 @@ class SimView:
             accepted_tokens=int(st.accepted[request]),
             verify_iterations=int(st.spec_iters[request]),
         )
+
+    def draft_counters(self, requests: Sequence[int]) -> tuple[list[int], list[int], list[SpecConfig]]:
+        """Drafted tokens, accepted tokens and own speculation setting of many requests at
+        once, as `request(r).drafted_tokens` etc. would give them (optional fast path of
+        `policies.drafter_evidence.draft_counters`: a best-drafter part reads every request
+        of a worker at each of its ticks). Cost: proportional to `requests`."""
+        st = self._sim.state
+        ids = np.fromiter(requests, np.int64, len(requests))
+        spec = st.spec
+        return st.drafted[ids].tolist(), st.accepted[ids].tolist(), [spec[r] for r in ids.tolist()]
+
+    def request_rows(self, requests: Sequence[int]) -> RequestRows:
+        """State, worker, draft counters and own setting of many requests at once, as
+        `request(r)` gives them (`policies.bulk_reads.request_rows`: Fastest-of-N scans every
+        unfinished request whenever a worker goes idle). Cost: proportional to `requests`."""
+        st = self._sim.state
+        ids = np.fromiter(requests, np.int64, len(requests))
+        spec = st.spec
+        return RequestRows(
+            [STATE_NAMES[s] for s in st.state[ids].tolist()],
+            [w if w >= 0 else None for w in st.worker[ids].tolist()],
+            st.drafted[ids].tolist(),
+            st.accepted[ids].tolist(),
+            [spec[r] for r in ids.tolist()],
+            st.spec_iters[ids].tolist(),
+        )
+
+    def worker_loads(self, workers: Sequence[int]) -> list[int]:
+        """Running plus waiting sequences of many workers, as `worker(w)` gives them, without
+        the KV count a `WorkerView` costs (`policies.bulk_reads.worker_loads`). Cost:
+        proportional to `workers`."""
+        ws = self._sim.workers
+        return [len(ws[w].running) + ws[w].waiting_count for w in workers]
 
     def worker_requests(self, worker: int) -> Sequence[int]:
         return self._sim.placement.on(worker)

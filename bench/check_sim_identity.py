@@ -1,0 +1,109 @@
+"""Do the simulator's results stay the same across a change? (issue #17's speed work)
+
+Replays every registered policy on every bundled sample (all of its steps, its own
+layout, seed 0) and writes one digest per (policy, sample): per-step metrics and a hash of
+the requests table and of the timeline's original columns (columns added later, such as a
+phase split, do not count). Run it on the tree before and after a change and compare:
+
+    .venv/bin/python bench/check_sim_identity.py --out before.json
+    ... change ...
+    .venv/bin/python bench/check_sim_identity.py --out after.json --compare before.json
+
+Exit 1 and one line per difference when the results differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = sorted((ROOT / "traces/samples").glob("*.parquet"))
+TIMELINE_COLUMNS = (
+    "policy",
+    "step",
+    "worker",
+    "t0_s",
+    "t1_s",
+    "iterations",
+    "batch",
+    "kv_tokens",
+    "gamma_mean",
+    "replicas",
+)
+REQUEST_SKIP = ()
+
+
+def _hash(frame: pd.DataFrame) -> str:
+    frame = frame.reset_index(drop=True)
+    return hashlib.sha256(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()).hexdigest()[
+        :16
+    ]
+
+
+def digest(sample: Path, policy: str) -> dict[str, object]:
+    import simctl
+
+    trace = simctl.load_trace(sample)
+    try:
+        result = simctl.replay(trace, [policy])
+    except Exception as exc:  # a policy that refuses a trace refuses it the same way
+        return {"refused": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    steps = result.steps.drop(columns=[c for c in result.steps.columns if "wall" in c or "cpu" in c])
+    timeline = result.timeline[[c for c in TIMELINE_COLUMNS if c in result.timeline.columns]]
+    requests = result.requests[[c for c in result.requests.columns if c not in REQUEST_SKIP]]
+    return {
+        "steps": json.loads(steps.to_json(orient="records", double_precision=15)),
+        "requests": _hash(requests),
+        "timeline": _hash(timeline),
+    }
+
+
+# Step-time parts after the rollout follow from the trace's metadata and the post-rollout
+# model (sim/step_time.py), not from the rollout simulation: a change there is not a
+# change of the simulator's results.
+POST_ROLLOUT = ("step_time_s", "reward_s", "train_s", "weight_sync_s", "post_source")
+
+
+def _rollout(d: object) -> object:
+    if not isinstance(d, dict) or "steps" not in d:
+        return d
+    steps = [{k: v for k, v in s.items() if k not in POST_ROLLOUT} for s in d["steps"]]
+    return {**d, "steps": steps}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--compare", type=Path)
+    ap.add_argument("--policies", default="", help="comma-separated subset (default: all registered)")
+    ap.add_argument("--samples", default="", help="comma-separated substrings of sample names")
+    args = ap.parse_args()
+    from simctl.policies.registry import REGISTRY
+
+    names = [p for p in args.policies.split(",") if p] or sorted(REGISTRY)
+    samples = [s for s in SAMPLES if not args.samples or any(k in s.name for k in args.samples.split(","))]
+    out: dict[str, object] = {}
+    for sample in samples:
+        for name in names:
+            key = f"{sample.stem}/{name}"
+            out[key] = digest(sample, name)
+            print(key, "refused" if "refused" in out[key] else "ok", file=sys.stderr, flush=True)
+    args.out.write_text(json.dumps(out, indent=1, sort_keys=True))
+    if not args.compare:
+        return 0
+    before = json.loads(args.compare.read_text())
+    bad = [k for k in out if k in before and _rollout(before[k]) != _rollout(out[k])]
+    for k in bad:
+        print(f"DIFFERENT {k}")
+    print(f"{len(out) - len(bad)} of {len(out)} identical")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""Reads of many requests or workers at once, for policy parts that read a whole worker or
+the whole step at an event (a best-drafter part reads every request of a worker at each
+tick; Fastest-of-N scans every unfinished request when a worker goes idle).
+
+The `ClusterView` protocol builds one record per `request(r)` / `worker(w)` call, which
+dominates such scans. An executor's view may answer them in bulk with the methods of
+`BulkView` (the simulator's and the live view do); each helper here uses them when the view
+has them and reads record by record otherwise, with the same answer either way (tested),
+so a policy stays executor-agnostic and a view without them (a test's fake, a user's)
+still works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol, cast
+
+from simctl.policies.contract import ClusterView, RequestId, SpecConfig, WorkerId
+
+Counters = tuple[list[int], list[int], list[SpecConfig]]  # drafted, accepted, own setting
+
+
+class RequestRows(NamedTuple):
+    """Columns of `RequestView` for many requests, in the order asked."""
+
+    state: list[str]
+    worker: list[WorkerId | None]
+    drafted: list[int]
+    accepted: list[int]
+    spec: list[SpecConfig]
+    verify_iterations: list[int]
+
+
+class BulkView(Protocol):
+    """The optional bulk reads of an executor's view (module docstring)."""
+
+    def draft_counters(self, requests: Sequence[RequestId]) -> Counters: ...
+    def request_rows(self, requests: Sequence[RequestId]) -> RequestRows: ...
+    def worker_loads(self, workers: Sequence[WorkerId]) -> list[int]: ...
+
+
+def draft_counters(view: ClusterView, rids: Sequence[RequestId]) -> Counters:
+    """Per request of `rids`: drafted tokens, accepted tokens and its own speculation
+    setting, as `view.request(r)` reports them."""
+    if hasattr(view, "draft_counters"):
+        return cast(BulkView, view).draft_counters(rids)
+    views = [view.request(r) for r in rids]
+    return [v.drafted_tokens for v in views], [v.accepted_tokens for v in views], [v.spec for v in views]
+
+
+def request_rows(view: ClusterView, rids: Sequence[RequestId]) -> RequestRows:
+    """State, worker, draft counters, own setting and verify iterations of each request of
+    `rids`."""
+    if hasattr(view, "request_rows"):
+        return cast(BulkView, view).request_rows(rids)
+    vs = [view.request(r) for r in rids]
+    return RequestRows(
+        [v.state for v in vs],
+        [v.worker for v in vs],
+        [v.drafted_tokens for v in vs],
+        [v.accepted_tokens for v in vs],
+        [v.spec for v in vs],
+        [v.verify_iterations for v in vs],
+    )
+
+
+def worker_loads(view: ClusterView, workers: Sequence[WorkerId]) -> list[int]:
+    """Running plus waiting sequences of each worker of `workers`."""
+    if hasattr(view, "worker_loads"):
+        return cast(BulkView, view).worker_loads(workers)
+    out = []
+    for w in workers:
+        wv = view.worker(w)
+        out.append(wv.running + wv.waiting)
+    return out
