@@ -11,7 +11,8 @@ cores, 1.0 is the papers' full layout. Experiments:
 1. Seer (Seer, arXiv:2511.14617, Table 6, §6.2.2, Fig. 10) on each seer-*
    preset with the paper's instance layout (Table 5): Moonlight on single-GPU instances,
    Qwen2-VL-72B on TP8 instances, Kimi-K2 on 32-GPU instances (DP32 attention + EP32
-   experts, modelled below). One rollout step, no token ids: grouped SD acceptance comes
+   experts, FP8: the cluster spec's `h800x256:dp32:fp8`, priced by
+   sim/cost_model.py's DPAttentionRoofline). One rollout step, no token ids: grouped SD acceptance comes
    from the Table 2 model in sim/token_replay.py. Targets: divided rollout 1.27-1.35x over
    veRL, + context scheduling 1.33-1.47x, + grouped SD 1.77-1.87x; tail time 75-93% below
    veRL's; context scheduling >= ~95% of the oracle's throughput. Qwen2-VL also runs the
@@ -50,15 +51,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simctl.sim.cluster import ClusterSpec, parse_cluster
-from simctl.sim.cost_model import DEFAULT_PARAMS, RooflineCostModel
-from simctl.sim.hardware import get_gpu
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import RooflineCostModel, load_cost_model
 from simctl.sim.kv_pool import kv_bytes, transfer_seconds
 from simctl.sim.models import get_model
 from simctl.sim.pipeline import pipeline_seconds
 from simctl.sim.replay import PolicyRun, ReplaySetup, run_policy
 from simctl.traces.generate import generate_trace
 from simctl.traces.io import Trace, read_trace
+from simctl.traces.layouts import layout_for
 
 SEED = 0
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,39 +89,18 @@ def within(x: float, lo: float, hi: float) -> bool:
 # --------------------------------------------------------------------------- layouts
 
 
-class DPAttentionRoofline(RooflineCostModel):
-    """Kimi-K2 as Seer deploys it (§6.1: DP32 attention, EP32 experts, 32 GPUs per instance):
-    weights and expert GEMMs sharded over the 32 GPUs (the TP roofline at tp=32, FP8 weights
-    as Kimi-K2 ships them), while each GPU attends only its own sequences, so KV read per
-    GPU and KV capacity scale with 1/32 and x32. Not modelled: expert all-to-all across
-    nodes (the TP all-reduce stands in for it)."""
-
-    def __init__(self, model, gpu, gpus: int) -> None:
-        super().__init__(model, gpu, gpus, dataclasses.replace(DEFAULT_PARAMS, bytes_per_param=1.0))
-        self.dp = gpus
-        self.kv_capacity_tokens *= gpus
-
-    def iteration_time(self, num_seqs, new_tokens, context_tokens) -> np.ndarray:
-        ctx = np.asarray(context_tokens, dtype=np.float64)
-        b = np.maximum(np.asarray(num_seqs, dtype=np.float64), 1.0)
-        return self._time(self._pass, num_seqs, new_tokens, ctx / self.dp, ctx / b)
-
-
 def seer_setup(preset: str, scale: float, trace: Trace | None = None, steps: int = 1) -> ReplaySetup:
-    """Table 5 layouts: instances scale with the prompts so each keeps its load."""
+    """Table 5 layouts through the normal cluster spec (traces/layouts.py, scaled so each
+    instance keeps its load): Kimi-K2's DP32-attention / EP32 / FP8 instances included."""
     if trace is None:
         df, meta, lists = generate_trace(preset, steps, SEED, scale=scale)
         trace = Trace(df=df, meta=meta, lists=lists)  # type: ignore[arg-type]
     model = get_model(trace.meta.model)
-    gpu = get_gpu("h800")
-    if preset == "seer-kimi-k2-96k":
-        inst = max(1, round(8 * scale))
-        cluster = ClusterSpec(nodes=inst, gpus_per_node=32, gpu=gpu, tp=32, source="8x32 H800 DP32/EP32")
-        cost: RooflineCostModel = DPAttentionRoofline(model, gpu, 32)
-    else:
-        gpus, tp = (32, 1) if preset == "seer-moonlight-64k" else (128, 8)
-        cluster = parse_cluster(f"h800x{max(tp, round(gpus * scale / tp) * tp)}:tp{tp}")
-        cost = RooflineCostModel(model, gpu, tp, gpu_mem_util=cluster.gpu_mem_util)
+    spec = layout_for(preset, scale)
+    if spec is None:
+        raise SystemExit(f"preset {preset}: no paper layout")
+    cluster = parse_cluster(spec)
+    cost = load_cost_model(model, cluster)
     return ReplaySetup(trace=trace, cluster=cluster, model=model, cost=cost, steps=trace.steps, seed=SEED)
 
 

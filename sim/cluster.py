@@ -1,19 +1,41 @@
 """Cluster description: how many nodes of which GPU, and how rollout workers are cut.
 
-A rollout worker is one inference-engine instance over ``tp`` GPUs of one node (tensor
-parallelism never crosses the inter-node network in the systems we model), so
-``gpus_per_node % tp == 0`` is required and ``num_workers = total_gpus // tp``.
+A rollout worker is one inference-engine instance. Two layouts:
 
-Specs are written either as ``NAMExCOUNT[:tpN]`` (``h100x512`` = 64 nodes x 8 H100,
-tp 4; ``a100x8:tp1``; ``h200x4`` = one node with 4 GPUs) or as a TOML file::
+* **Tensor parallel** (the default): ``tp`` GPUs of one node (tensor parallelism never
+  crosses the inter-node network in the systems we model), so ``gpus_per_node % tp == 0``.
+* **Data-parallel attention + expert parallelism** (``dp`` > 1, MoE models): ``dp`` GPUs,
+  each a DP rank that runs attention for its own sequences with the attention weights
+  replicated, while the MoE layers' experts are sharded over all ``dp`` GPUs (EP = dp) and
+  tokens reach their experts by an all-to-all (dispatch, then combine) per MoE layer. This
+  is the Kimi-K2 layout of Seer (arXiv:2511.14617, §6.1, Table 5: DP32 attention, EP32
+  experts, 32 H800 per instance). Such a worker may span nodes: a worker of more GPUs than
+  a node takes whole nodes (``dp % gpus_per_node == 0``), and its all-to-all then crosses
+  the inter-node network, priced by sim/cost_model.py from the GPU's ``rdma_bw`` (one NIC
+  per GPU); a worker inside one node must divide it. DP ranks run TP1 attention
+  (``tp = 1``); a tensor-parallel DP rank is not modelled.
+
+``gpus_per_worker = tp * dp`` and ``num_workers = total_gpus // gpus_per_worker``.
+``weights`` is the weight format the engine serves: ``"bf16"`` (default) or ``"fp8"``
+(one byte per parameter; the matmuls then run at the GPU's FP8 peak, sim/hardware.py).
+
+Specs are written either as ``NAMExCOUNT[:tpN][:dpN][:fp8|:bf16]`` (``h100x512`` = 64
+nodes x 8 H100, tp 4; ``a100x8:tp1``; ``h200x4`` = one node with 4 GPUs;
+``h800x256:dp32:fp8`` = 8 workers of 32 H800 each, DP32 attention / EP32, FP8 weights;
+with ``:dpN`` and no ``:tpN`` the tp is 1) or as a TOML file::
 
     nodes = 64
     gpus_per_node = 8
     gpu = "h100"
     tp = 4
+    dp = 1                  # optional: data-parallel attention ranks per worker (EP = dp)
+    weights = "bf16"        # optional: "bf16" or "fp8"
     gpu_mem_util = 0.9      # optional
     nvlink_gbps = 900       # optional override, GB/s (gigaBYTES), datasheet convention
     rdma_gbps = 50          # optional override, GB/s (gigaBYTES) per GPU, one direction
+
+``to_dict`` records every field (``dp``, ``gpus_per_worker`` and ``weights`` included) in
+the run directory's provenance.
 """
 
 from __future__ import annotations
@@ -40,13 +62,27 @@ BYTES_PER_WORKER = 8 * 1024
 # Bandwidth overrides above this are not a datasheet value (NVLink 5 is 1,800 GB/s).
 MAX_BANDWIDTH_GBPS = 100_000.0
 
-_NAME_SPEC = re.compile(r"^(?P<gpu>[a-z0-9][a-z0-9-]*?)x(?P<count>\d+)(?::tp(?P<tp>\d+))?$")
-_TOML_KEYS = {"nodes", "gpus_per_node", "gpu", "tp", "gpu_mem_util", "nvlink_gbps", "rdma_gbps"}
+_NAME_SPEC = re.compile(r"^(?P<gpu>[a-z0-9][a-z0-9-]*?)x(?P<count>\d+)(?P<options>(?::[a-z0-9]+)*)$")
+_OPTION = re.compile(r"^(?P<key>tp|dp)(?P<value>\d+)$")
+_TOML_KEYS = {
+    "nodes",
+    "gpus_per_node",
+    "gpu",
+    "tp",
+    "dp",
+    "weights",
+    "gpu_mem_util",
+    "nvlink_gbps",
+    "rdma_gbps",
+}
+# Weight formats an engine serves, and their bytes per parameter (block-FP8 scales, one
+# float per 128x128 block, are 0.02% more and not counted).
+WEIGHT_FORMATS: dict[str, float] = {"bf16": 2.0, "fp8": 1.0}
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """A homogeneous GPU cluster cut into equal tensor-parallel rollout workers."""
+    """A homogeneous GPU cluster cut into equal rollout workers (TP, or DP attention + EP)."""
 
     nodes: int
     gpus_per_node: int
@@ -54,9 +90,11 @@ class ClusterSpec:
     tp: int = DEFAULT_TP
     gpu_mem_util: float = DEFAULT_MEM_UTIL
     source: str = field(default="", compare=False)
+    dp: int = 1
+    weights: str = "bf16"
 
     def __post_init__(self) -> None:
-        for name in ("nodes", "gpus_per_node", "tp"):
+        for name in ("nodes", "gpus_per_node", "tp", "dp"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"cluster: field {name!r}={value!r} must be a positive integer")
@@ -64,24 +102,47 @@ class ClusterSpec:
             raise ValueError(
                 f"cluster: field 'tp'={self.tp} does not divide gpus_per_node={self.gpus_per_node}"
             )
+        problem = _worker_problem(self.nodes, self.gpus_per_node, self.tp, self.dp)
+        if problem:
+            raise ValueError(f"cluster: {problem}")
         if not (isinstance(self.gpu_mem_util, int | float) and 0.0 < self.gpu_mem_util <= 1.0):
             raise ValueError(f"cluster: field 'gpu_mem_util'={self.gpu_mem_util!r} must be in (0, 1]")
+        if self.weights not in WEIGHT_FORMATS:
+            raise ValueError(
+                f"cluster: field 'weights'={self.weights!r} must be one of {', '.join(WEIGHT_FORMATS)}"
+            )
 
     @property
     def total_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
     @property
+    def gpus_per_worker(self) -> int:
+        return self.tp * self.dp
+
+    @property
     def num_workers(self) -> int:
-        return self.total_gpus // self.tp
+        return self.total_gpus // self.gpus_per_worker
 
     @property
     def workers_per_node(self) -> int:
-        return self.gpus_per_node // self.tp
+        """Workers whose GPUs lie in one node (0 when a worker spans several nodes)."""
+        return self.gpus_per_node // self.gpus_per_worker
+
+    @property
+    def spans_nodes(self) -> bool:
+        """Whether a worker's GPUs are on several nodes (its collectives use the RDMA NICs)."""
+        return self.gpus_per_worker > self.gpus_per_node
+
+    def worker_node(self, worker: int) -> int:
+        """The node holding `worker`'s first GPU."""
+        return worker * self.gpus_per_worker // self.gpus_per_node
 
     @property
     def label(self) -> str:
-        return f"{self.nodes}x{self.gpus_per_node} {self.gpu.name} tp{self.tp}"
+        extra = f" dp{self.dp}" if self.dp > 1 else ""
+        extra += f" {self.weights}" if self.weights != "bf16" else ""
+        return f"{self.nodes}x{self.gpus_per_node} {self.gpu.name} tp{self.tp}{extra}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready provenance: every number the simulation depended on."""
@@ -90,6 +151,9 @@ class ClusterSpec:
             "gpus_per_node": self.gpus_per_node,
             "total_gpus": self.total_gpus,
             "tp": self.tp,
+            "dp": self.dp,
+            "gpus_per_worker": self.gpus_per_worker,
+            "weights": self.weights,
             "num_workers": self.num_workers,
             "gpu_mem_util": self.gpu_mem_util,
             "gpu": self.gpu.to_dict(),
@@ -97,15 +161,54 @@ class ClusterSpec:
         }
 
 
+def _worker_problem(nodes: int, per_node: int, tp: int, dp: int) -> str | None:
+    """Why workers of tp*dp GPUs cannot tile the cluster (None: they can); see the module
+    docstring for the rules."""
+    if dp == 1:
+        return None
+    if tp != 1:
+        return f"field 'tp'={tp} with 'dp'={dp}: data-parallel attention ranks run tp1 attention"
+    if dp <= per_node:
+        if per_node % dp:
+            return f"field 'dp'={dp} does not divide gpus_per_node={per_node}"
+        return None
+    if dp % per_node:
+        return f"field 'dp'={dp}: a worker spanning nodes takes whole nodes of {per_node} GPUs"
+    if (nodes * per_node) % dp:
+        return f"field 'dp'={dp} does not divide the {nodes * per_node} GPUs of {nodes} nodes"
+    return None
+
+
 def _default_tp(gpus_per_node: int) -> int:
     """Largest of 4, 2, 1 dividing the node, so small single-node specs still parse."""
     return next(tp for tp in (DEFAULT_TP, 2, 1) if gpus_per_node % tp == 0)
 
 
+def _name_options(spec: str, options: str) -> tuple[int | None, int, str]:
+    """(tp or None, dp, weights) from the ``:tpN:dpN:fp8`` tail of a name spec."""
+    found: dict[str, str] = {}
+    for option in options.split(":")[1:]:
+        match = _OPTION.match(option)
+        key = match["key"] if match else ("weights" if option in WEIGHT_FORMATS else None)
+        if key is None:
+            raise ValueError(
+                f"cluster spec {spec!r}: unknown option {option!r}; expected tpN, dpN, "
+                f"{' or '.join(WEIGHT_FORMATS)}"
+            )
+        if key in found:
+            raise ValueError(f"cluster spec {spec!r}: option {key!r} given twice")
+        found[key] = match["value"] if match else option
+    tp = int(found["tp"]) if "tp" in found else None
+    dp = int(found.get("dp", "1"))
+    if (tp is not None and tp < 1) or dp < 1:
+        raise ValueError(f"cluster spec {spec!r}: tp and dp must be positive")
+    return tp, dp, found.get("weights", "bf16")
+
+
 def _parse_name(spec: str) -> ClusterSpec:
     match = _NAME_SPEC.match(spec.strip().lower())
     if match is None:
-        raise ValueError(f"cluster spec {spec!r}: expected NAMExCOUNT[:tpN] or a .toml file")
+        raise ValueError(f"cluster spec {spec!r}: expected NAMExCOUNT[:tpN][:dpN][:fp8] or a .toml file")
     try:
         gpu = get_gpu(match["gpu"])
     except ValueError as exc:
@@ -122,10 +225,14 @@ def _parse_name(spec: str) -> ClusterSpec:
         )
     else:
         nodes, per_node = count // GPUS_PER_NODE, GPUS_PER_NODE
-    tp = int(match["tp"]) if match["tp"] else _default_tp(per_node)
-    if tp < 1 or per_node % tp:
+    given_tp, dp, weights = _name_options(spec, match["options"])
+    tp = given_tp if given_tp is not None else (1 if dp > 1 else _default_tp(per_node))
+    if per_node % tp:
         raise ValueError(f"cluster spec {spec!r}: tp{tp} does not divide gpus_per_node={per_node}")
-    return ClusterSpec(nodes, per_node, gpu, tp, source=spec)
+    problem = _worker_problem(nodes, per_node, tp, dp)
+    if problem:
+        raise ValueError(f"cluster spec {spec!r}: {problem}")
+    return ClusterSpec(nodes, per_node, gpu, tp, source=spec, dp=dp, weights=weights)
 
 
 def _field(path: Path, data: dict[str, Any], key: str, kind: type, default: Any = None) -> Any:
@@ -182,7 +289,12 @@ def _parse_toml(path: Path) -> ClusterSpec:
     nodes = _field(path, data, "nodes", int)
     per_node = _field(path, data, "gpus_per_node", int)
     gpu_name = _field(path, data, "gpu", str)
-    tp = _field(path, data, "tp", int, _default_tp(per_node))
+    dp = _field(path, data, "dp", int, 1)
+    tp = _field(path, data, "tp", int, 1 if dp > 1 else _default_tp(per_node))
+    weights = _field(path, data, "weights", str, "bf16")
+    if weights not in WEIGHT_FORMATS:
+        known = ", ".join(WEIGHT_FORMATS)
+        raise ValueError(f"cluster file {path.name}: field 'weights'={weights!r} must be one of {known}")
     util = _field(path, data, "gpu_mem_util", float, DEFAULT_MEM_UTIL)
     try:
         gpu = get_gpu(gpu_name)
@@ -196,13 +308,16 @@ def _parse_toml(path: Path) -> ClusterSpec:
         raise ValueError(
             f"cluster file {path.name}: field 'tp'={tp} does not divide gpus_per_node={per_node}"
         )
+    problem = _worker_problem(nodes, per_node, tp, dp)
+    if problem:
+        raise ValueError(f"cluster file {path.name}: {problem}")
     if util > 1.0:
         raise ValueError(f"cluster file {path.name}: field 'gpu_mem_util'={util} must be <= 1")
-    return ClusterSpec(nodes, per_node, gpu, tp, float(util), source=str(path))
+    return ClusterSpec(nodes, per_node, gpu, tp, float(util), source=str(path), dp=dp, weights=weights)
 
 
 def parse_cluster(spec: str | Path) -> ClusterSpec:
-    """Parse ``h100x512[:tp8]``-style names or a path to a cluster TOML file."""
+    """Parse ``h100x512[:tp8]`` / ``h800x256:dp32:fp8``-style names or a path to a cluster TOML file."""
     text = str(spec)
     if text.lower().endswith(".toml") or Path(text).is_file():
         parsed = _parse_toml(Path(text))

@@ -13,8 +13,35 @@ Per GPU: bytes = weights touched + KV read (context_tokens) + KV written (new_to
 flops = 2 * matmul params * new_tokens + 4 * layers * heads * head_dim * new_tokens *
 context_per_seq, both divided by tp.  MoE weights touched: a batch of n tokens, each
 routed to k of E experts (uniform, independent), touches E * (1 - (1 - k/E)**n) distinct
-experts per layer in expectation; only those are read.  Expert all-to-all is not modelled:
-workers are tensor-parallel within one node, experts sharded like dense layers.
+experts per layer in expectation; only those are read.  On a tensor-parallel worker (one
+node) experts are sharded like dense layers and no all-to-all is modelled.
+
+FP8 weights (cluster ``weights = "fp8"``): one byte per parameter instead of
+``bytes_per_param``, and the matmul FLOPs run at the GPU's FP8 peak (``fp8_flops``, datasheet;
+BF16 where the GPU has none); attention over the KV cache stays BF16.
+
+Data-parallel attention + expert parallelism (cluster ``dp`` > 1, :class:`DPAttentionRoofline`;
+Seer's Kimi-K2 layout, arXiv:2511.14617 §6.1): each of the worker's G = dp GPUs is one DP
+rank holding the attention weights whole and its own sequences' KV; everything else (vocab-
+parallel embedding and LM head, dense FFN, shared and routed experts) is sharded over the G
+GPUs.  Per GPU, for b sequences the busiest rank holds ceil(b/dp) of them (share
+s = ceil(b/dp)/b)::
+
+    bytes = attention weights + other weights touched / G + s * (KV read + KV written)
+    flops = 2 * (matmul params - attention params) * n / G            at the weights' peak
+            + s * n * (2 * attention params)                          at the weights' peak
+            + s * n * attention FLOPs per context token * context     at BF16
+    comm  = moe_layers * (max(lat, s*n*k*hidden*1 B / bw) + max(lat, s*n*k*hidden*2 B / bw))
+
+The last line is the all-to-all of each MoE layer: dispatch (FP8 activations, 1 B) and
+combine (BF16, 2 B) of each of the rank's tokens to its k experts, at the per-GPU NIC
+bandwidth ``rdma_bw`` when the worker spans nodes (``nvlink_bw / 2 * nvlink_eff`` inside
+one node), each bounded below by one collective's latency (the GPU's fitted
+``allreduce_latency_s``, standing in for the all-to-all launch + sync).  Check against
+DeepEP's published low-latency kernels (github.com/deepseek-ai/DeepEP README: H800, CX7
+400 Gb/s, EP32, 128 tokens per rank, hidden 7168, top-8): 155 us dispatch + 273 us combine
+= 428 us measured; this law gives 147 + 294 = 441 us (+3%).  No overlap of the all-to-all
+with computation (two-batch overlap) is modelled.
 
 Measured profile (``simctl calibrate`` writes it; :class:`ProfiledCostModel` reads it)::
 
@@ -51,7 +78,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from simctl.sim.cluster import ClusterSpec
+from simctl.sim.cluster import WEIGHT_FORMATS, ClusterSpec
 from simctl.sim.hardware import GPUSpec
 from simctl.sim.models import ModelSpec, get_model
 
@@ -180,8 +207,10 @@ def _kv_bytes_per_gpu(model: ModelSpec, tp: int, bytes_per_elem: int) -> float:
     return 2.0 * model.layers * heads_per_gpu * model.head_dim * bytes_per_elem
 
 
-def _model_pass(model: ModelSpec, tp: int, p: RooflineParams, overhead_s: float) -> _Pass:
-    bpp = p.bytes_per_param / tp
+def _model_pass(
+    model: ModelSpec, tp: int, p: RooflineParams, overhead_s: float, bytes_per_param: float | None = None
+) -> _Pass:
+    bpp = (p.bytes_per_param if bytes_per_param is None else bytes_per_param) / tp
     return _Pass(
         dense_bytes=model.non_expert_param_count() * bpp,
         expert_bytes=model.expert_params() * bpp,
@@ -228,21 +257,36 @@ class RooflineCostModel:
         tp: int,
         params: RooflineParams = DEFAULT_PARAMS,
         gpu_mem_util: float = 0.9,
+        weights: str = "bf16",
     ) -> None:
         self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
         self.gpu_mem_util = gpu_mem_util
+        self.weights = weights
+        # FP8 weights: one byte per parameter, matmuls at the FP8 peak (module docstring)
+        self._fp8 = weights == "fp8"
+        bpp = WEIGHT_FORMATS[weights] if self._fp8 else params.bytes_per_param
+        self._matmul_flops = gpu.fp8_flops if self._fp8 and gpu.fp8_flops > 0 else gpu.bf16_flops
         overhead = params.iteration_overhead_s + (params.tp_iteration_overhead_s if tp > 1 else 0)
-        self._pass = _model_pass(model, tp, params, overhead)
-        self.weight_bytes_per_gpu = model.weight_bytes(params.bytes_per_param) / tp
+        self._pass = _model_pass(model, tp, params, overhead, bpp)
+        self.weight_bytes_per_gpu = self._weight_bytes_per_gpu(bpp)
         free = gpu.hbm_bytes * gpu_mem_util - self.weight_bytes_per_gpu
         if free <= 0:
             raise CostModelError(
-                f"model {model.name} ({self.weight_bytes_per_gpu / 1e9:.1f} GB/GPU at tp={tp}) "
+                f"model {model.name} ({self.weight_bytes_per_gpu / 1e9:.1f} GB/GPU at {self._layout_name()}) "
                 f"does not fit in {gpu_mem_util:.0%} of {gpu.name} ({gpu.hbm_bytes / 1e9:.0f} GB)"
             )
-        self.kv_capacity_tokens = int(free // self._pass.kv_bytes)
+        self.kv_capacity_tokens = self._kv_capacity(free)
         self._draft_models: dict[str, RooflineCostModel] = {}
         self._affine_cache: dict[tuple[float, float], tuple[float, float, float, float, float]] = {}
+
+    def _weight_bytes_per_gpu(self, bytes_per_param: float) -> float:
+        return self.model.weight_bytes(bytes_per_param) / self.tp
+
+    def _kv_capacity(self, free_bytes_per_gpu: float) -> int:
+        return int(free_bytes_per_gpu // self._pass.kv_bytes)
+
+    def _layout_name(self) -> str:
+        return f"tp={self.tp}"
 
     def _terms(
         self,
@@ -266,8 +310,13 @@ class RooflineCostModel:
             weights = weights + p.moe_layers * touched * p.expert_bytes * weight_scale
         kv = (np.asarray(kv_read_tokens, dtype=np.float64) * prm.kv_read_eff + n) * p.kv_bytes
         t_mem = (weights + kv) / (gpu.hbm_bw * prm.hbm_bw_eff)
-        flops = n * (2.0 * p.matmul_params + p.attn_coeff * np.asarray(attn_context)) / tp
-        t_compute = flops / (gpu.bf16_flops * prm.compute_eff)
+        if self._fp8 and p is self._pass:  # matmuls at the FP8 peak, attention at BF16
+            t_compute = (2.0 * n * p.matmul_params / tp) / (self._matmul_flops * prm.compute_eff) + (
+                n * p.attn_coeff * np.asarray(attn_context) / tp
+            ) / (gpu.bf16_flops * prm.compute_eff)
+        else:
+            flops = n * (2.0 * p.matmul_params + p.attn_coeff * np.asarray(attn_context)) / tp
+            t_compute = flops / (gpu.bf16_flops * prm.compute_eff)
         ring = 2.0 * (tp - 1) / tp * n * p.hidden * 2.0
         latency = gpu.allreduce_latency_s if prm.allreduce_latency_s is None else prm.allreduce_latency_s
         per_ar = latency + ring / (gpu.nvlink_bw / 2 * prm.nvlink_eff)
@@ -381,6 +430,90 @@ class RooflineCostModel:
             "overhead_s": over,
             "total_s": max(mem, compute) + comm + over,
         }
+
+
+class DPAttentionRoofline(RooflineCostModel):
+    """Roofline of a worker of `dp` GPUs with data-parallel attention and expert parallelism
+    over them (law in the module docstring): each GPU reads the attention weights whole, a
+    1/dp shard of the rest, and only its own sequences' KV, so its KV read scales with
+    1/dp and the worker's KV capacity with dp; each MoE layer pays a dispatch and a combine
+    all-to-all, over the RDMA NICs when `spans_nodes`. Drafter passes are priced as in the
+    parent (their own TP1 passes)."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GPUSpec,
+        dp: int,
+        params: RooflineParams = DEFAULT_PARAMS,
+        gpu_mem_util: float = 0.9,
+        weights: str = "bf16",
+        spans_nodes: bool = False,
+    ) -> None:
+        if not model.is_moe:
+            raise CostModelError(
+                f"cluster dp{dp}: data-parallel attention is modelled with expert parallelism, "
+                f"for MoE models; model {model.name} is dense (use a tp layout)"
+            )
+        self.dp = dp
+        self._attn_params = float(model.attn_params_per_layer() * model.layers)
+        bpp = WEIGHT_FORMATS[weights] if weights == "fp8" else params.bytes_per_param
+        self._replicated_bytes = (self._attn_params + 2.0 * model.hidden * model.layers) * bpp
+        super().__init__(model, gpu, 1, params, gpu_mem_util, weights)
+        sharded = model.non_expert_param_count() * bpp - self._replicated_bytes
+        self._pass = dataclasses.replace(
+            self._pass,
+            dense_bytes=self._replicated_bytes + sharded / dp,
+            expert_bytes=model.expert_params() * bpp / dp,
+            allreduces=0,
+            overhead_s=params.iteration_overhead_s + params.tp_iteration_overhead_s,
+        )
+        self._a2a_bw = gpu.rdma_bw if spans_nodes else gpu.nvlink_bw / 2 * params.nvlink_eff
+        self.spans_nodes = spans_nodes
+
+    def _weight_bytes_per_gpu(self, bytes_per_param: float) -> float:
+        rest = self.model.weight_bytes(bytes_per_param) - self._replicated_bytes
+        return self._replicated_bytes + rest / self.dp
+
+    def _kv_capacity(self, free_bytes_per_gpu: float) -> int:
+        return self.dp * int(free_bytes_per_gpu // self._pass.kv_bytes)
+
+    def _layout_name(self) -> str:
+        return f"dp={self.dp}"
+
+    def _terms(
+        self,
+        p: _Pass,
+        num_seqs: ArrayLike,
+        new_tokens: ArrayLike,
+        kv_read_tokens: ArrayLike,
+        attn_context: ArrayLike,
+        weight_scale: float = 1.0,
+    ) -> tuple[np.ndarray, ...]:
+        if p is not self._pass:
+            return super()._terms(p, num_seqs, new_tokens, kv_read_tokens, attn_context, weight_scale)
+        prm, gpu = self.params, self.gpu
+        b = np.asarray(num_seqs, dtype=np.float64)
+        n = np.asarray(new_tokens, dtype=np.float64)
+        seqs = np.maximum(b, 1.0)
+        share = np.ceil(seqs / self.dp) / seqs  # the busiest rank's fraction of the sequences
+        weights = p.dense_bytes * weight_scale + np.zeros_like(n)
+        touched = p.num_experts * -np.expm1(n * math.log1p(-p.top_k / p.num_experts))
+        weights = weights + p.moe_layers * touched * p.expert_bytes * weight_scale
+        kv = share * (np.asarray(kv_read_tokens, dtype=np.float64) * prm.kv_read_eff + n) * p.kv_bytes
+        t_mem = (weights + kv) / (gpu.hbm_bw * prm.hbm_bw_eff)
+        rank_n = share * n
+        matmul = 2.0 * (p.matmul_params - self._attn_params) * n / self.dp + 2.0 * self._attn_params * rank_n
+        attention = rank_n * p.attn_coeff * np.asarray(attn_context)
+        t_compute = matmul / (self._matmul_flops * prm.compute_eff) + attention / (
+            gpu.bf16_flops * prm.compute_eff
+        )
+        latency = gpu.allreduce_latency_s if prm.allreduce_latency_s is None else prm.allreduce_latency_s
+        a2a = rank_n * p.top_k * p.hidden / self._a2a_bw
+        t_comm = p.moe_layers * (np.maximum(latency, a2a * 1.0) + np.maximum(latency, a2a * 2.0))
+        t_over = p.overhead_s + share * (prm.per_seq_overhead_s * b + prm.per_token_overhead_s * n)
+        t_over = t_over + np.where(n > b, prm.verify_per_seq_overhead_s * share * b, 0.0)
+        return t_mem, t_compute, t_comm, t_over
 
 
 def nnls(a: np.ndarray, y: np.ndarray, max_iter: int = 100) -> np.ndarray:
@@ -671,12 +804,28 @@ def load_cost_model(
     profile_path: str | Path | None = None,
     params: RooflineParams = DEFAULT_PARAMS,
 ) -> CostModel:
-    """A measured profile when one is given (checked against model and TP), else roofline."""
+    """A measured profile when one is given (checked against model and TP), else roofline:
+    the DP-attention + EP one for a cluster of `dp` > 1 workers."""
     spec = get_model(model) if isinstance(model, str) else model
     if profile_path is None:
-        return RooflineCostModel(spec, cluster.gpu, cluster.tp, params, cluster.gpu_mem_util)
+        if cluster.dp > 1:
+            return DPAttentionRoofline(
+                spec,
+                cluster.gpu,
+                cluster.dp,
+                params,
+                cluster.gpu_mem_util,
+                cluster.weights,
+                spans_nodes=cluster.spans_nodes,
+            )
+        return RooflineCostModel(spec, cluster.gpu, cluster.tp, params, cluster.gpu_mem_util, cluster.weights)
     prof = ProfiledCostModel.from_json(profile_path)
     name = Path(profile_path).name
+    if cluster.dp > 1:
+        raise CostModelError(
+            f"profile {name}: measured on tp={prof.meta.get('tp')} workers, but the cluster runs "
+            f"dp{cluster.dp} data-parallel attention workers; drop --profile or use a tp cluster"
+        )
     if prof.meta.get("tp") != cluster.tp:
         raise CostModelError(
             f"profile {name}: field 'tp'={prof.meta.get('tp')} but the cluster runs tp={cluster.tp}"

@@ -13,6 +13,9 @@ convention, which differs per link and is easy to get wrong:
   systems: 400 Gb/s ConnectX-7 = 50 GB/s).
 * ``pcie_bw``: host link in one direction (PCIe Gen5 x16 = 64 GB/s, Gen4 x16 = 32 GB/s),
   used for KV offload / weight reload estimates.
+* ``fp8_flops``: dense FP8 tensor-core peak (the datasheet's "with sparsity" figure halved),
+  used for the matmuls of FP8-weight workers (``weights = "fp8"`` in the cluster spec);
+  0 where the GPU has no FP8 tensor cores (A100: FP8 weights are dequantised to BF16).
 
 HBM capacity uses the datasheet's decimal "80GB" (80e9), not the ~85.5e9 bytes that
 ``nvidia-smi`` reports: the ~5 GB difference stands in for the CUDA context, activation
@@ -42,6 +45,7 @@ class GPUSpec:
     # (launch + sync + rank skew; the bandwidth term is separate). Fitted per platform to a
     # published b=1 decode latency; see each GPU below and docs/calibration.md.
     allreduce_latency_s: float = 45e-6
+    fp8_flops: float = 0.0
 
     def to_dict(self) -> dict[str, float | str]:
         """Plain dict for JSON provenance records."""
@@ -54,12 +58,14 @@ class GPUSpec:
             "rdma_bw": self.rdma_bw,
             "pcie_bw": self.pcie_bw,
             "allreduce_latency_s": self.allreduce_latency_s,
+            "fp8_flops": self.fp8_flops,
         }
 
 
 # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): 80 GB HBM3, 3.35 TB/s,
-# BF16 1,979 TFLOPS *with sparsity* -> 989.4 TFLOPS dense, NVLink 900 GB/s,
-# PCIe Gen5 128 GB/s (bidirectional). DGX H100: 8x ConnectX-7 400 Gb/s, one per GPU.
+# BF16 1,979 TFLOPS *with sparsity* -> 989.4 TFLOPS dense, FP8 3,958 TFLOPS with sparsity
+# -> 1,978.9 dense, NVLink 900 GB/s, PCIe Gen5 128 GB/s (bidirectional). DGX H100: 8x
+# ConnectX-7 400 Gb/s, one per GPU.
 # All-reduce latency 6.8 us: fitted to TLT (arXiv:2511.16665) Table 7, Qwen2.5-7B TP2 BS1
 # on H100 without SD, 242.11 tok/s = 4.130 ms per token (56 all-reduces per step; the
 # one-shot custom all-reduce of CUDA-graph engines is 5-8 us at these message sizes).
@@ -74,10 +80,12 @@ H100_SXM_80GB = GPUSpec(
     rdma_bw=50 * GB,
     pcie_bw=64 * GB,
     allreduce_latency_s=6.8e-6,
+    fp8_flops=1978.9e12,
 )
 
 # H800 SXM5 (China export variant of H100): same die, HBM and tensor throughput as the
-# H100 SXM5; NVLink cut to 400 GB/s (NVIDIA H800 product brief). Inter-node: one
+# H100 SXM5 (FP8 3,958 TFLOPS with sparsity, 1,978.9 dense); NVLink cut to 400 GB/s
+# (NVIDIA H800 product brief). Inter-node: one
 # 400 Gb/s IB NIC per GPU, "IB (50 GB/s)" in the DeepSeek-V3 technical report §3.2.2.
 # All-reduce latency 45 us: fitted to SpecActor (arXiv:2511.16193) §5.1, Qwen2.5-32B TP4
 # decode at batch 1 "lower to 13 ms" on its H800 platform (vLLM 0.10 under veRL; 128
@@ -92,10 +100,12 @@ H800_SXM_80GB = GPUSpec(
     rdma_bw=50 * GB,
     pcie_bw=64 * GB,
     allreduce_latency_s=45e-6,
+    fp8_flops=1978.9e12,
 )
 
 # NVIDIA H200 Tensor Core GPU datasheet (SXM column): 141 GB HBM3e, 4.8 TB/s, BF16
-# 1,979 TFLOPS with sparsity (989.4 dense), NVLink 900 GB/s, PCIe Gen5 128 GB/s.
+# 1,979 TFLOPS with sparsity (989.4 dense), FP8 3,958 with sparsity (1,978.9 dense),
+# NVLink 900 GB/s, PCIe Gen5 128 GB/s.
 # All-reduce latency: H100's (same NVLink 4 / NVSwitch fabric; no H200 TP measurement
 # in the papers).
 H200_SXM_141GB = GPUSpec(
@@ -107,10 +117,11 @@ H200_SXM_141GB = GPUSpec(
     rdma_bw=50 * GB,
     pcie_bw=64 * GB,
     allreduce_latency_s=6.8e-6,
+    fp8_flops=1978.9e12,
 )
 
 # NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column): HBM2e 2,039 GB/s, BF16
-# 312 TFLOPS dense, NVLink 600 GB/s, PCIe Gen4 64 GB/s (bidirectional).
+# 312 TFLOPS dense, NVLink 600 GB/s, PCIe Gen4 64 GB/s (bidirectional); no FP8 tensor cores.
 # DGX A100: 8x ConnectX-6 200 Gb/s HDR, one per GPU -> 25 GB/s.
 # All-reduce latency: not fitted (every A100 measurement in the papers is TP1:
 # EfficientRollout §4.1, TLT Table 2); the class default, H800's eager-engine value.

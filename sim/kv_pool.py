@@ -22,11 +22,11 @@ def kv_bytes(model: ModelSpec, tokens: float) -> float:
 
 
 def transfer_seconds(model: ModelSpec, cluster: ClusterSpec, tokens: float) -> float:
-    """Seconds to pull `tokens` tokens of KV into one instance of `cluster.tp` GPUs.
+    """Seconds to pull `tokens` tokens of KV into one instance of `cluster.gpus_per_worker` GPUs.
 
     >>> from sim.cluster import parse_cluster
     >>> from sim.models import get_model
     >>> round(transfer_seconds(get_model("qwen2.5-7b"), parse_cluster("h100x8:tp1"), 10_000), 3)
     0.011
     """
-    return kv_bytes(model, tokens) / (cluster.gpu.rdma_bw * cluster.tp)
+    return kv_bytes(model, tokens) / (cluster.gpu.rdma_bw * cluster.gpus_per_worker)

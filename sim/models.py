@@ -239,7 +239,9 @@ MOONLIGHT_16B_A3B = ModelSpec(
 # (DeepseekV3 architecture): 61 layers, 7168 hidden, 64 heads, q_lora_rank 1536,
 # kv_lora_rank 512, 384 routed experts (8 per token) + 1 shared of width 2048, first layer
 # dense (18432), 163840 vocab.  Derived ~1.03T / ~32.7B active (card: 1T / 32B).
-# Released in block FP8: use bytes_per_param=1 for its real footprint.
+# Released in block FP8 (128x128 blocks, Kimi K2 report arXiv:2507.20534 and the model
+# card): serve it with `weights = "fp8"` in the cluster spec (traces/layouts.py does for
+# Seer's layout), which prices one byte per parameter.
 KIMI_K2 = ModelSpec(
     "Kimi-K2",
     61,

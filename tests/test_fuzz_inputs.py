@@ -216,7 +216,10 @@ _NUMBER = st.one_of(
     st.sampled_from([0, 1, 3, 8, 1e308, -0.0]),
 )
 _VALUE = st.one_of(_NUMBER, st.booleans(), _TEXT, st.lists(st.integers(), max_size=2))
-CLUSTER_KEYS = ["nodes", "gpus_per_node", "gpu", "tp", "gpu_mem_util", "nvlink_gbps", "rdma_gbps", "bogus"]
+CLUSTER_KEYS = [
+    *("nodes", "gpus_per_node", "gpu", "tp", "dp", "weights", "gpu_mem_util", "nvlink_gbps", "rdma_gbps"),
+    "bogus",
+]
 
 
 def toml_value(v: Any) -> str:

@@ -6,6 +6,8 @@ when no `--cluster` is given. Paper short names as in traces/presets.py.
 
 A layout the cluster spec cannot express is recorded as `None` with the reason in
 `NOT_EXPRESSIBLE`: replaying such a trace without `--cluster` falls back to the default.
+(Empty today: Seer's Kimi-K2 layout, DP32 attention + EP32 in FP8, became expressible with
+the cluster spec's `:dpN` and `:fp8` options, sim/cluster.py.)
 """
 
 from __future__ import annotations
@@ -20,27 +22,37 @@ GPUS_PER_NODE = 8  # every paper's nodes hold 8 GPUs (the cluster spec's node si
 
 @dataclass(frozen=True)
 class PaperLayout:
-    """`gpus` GPUs of `gpu` cut into TP-`tp` rollout instances, with where that is stated."""
+    """`gpus` GPUs of `gpu` cut into rollout instances of `tp` x `dp` GPUs (TP-`tp`, or with
+    `dp` > 1 data-parallel attention + expert parallelism), serving `weights`, with where
+    that is stated."""
 
     gpu: str
     gpus: int
     tp: int
     source: str
+    dp: int = 1
+    weights: str = "bf16"
+
+    def _spec(self, gpus: int) -> str:
+        dp = f":dp{self.dp}" if self.dp > 1 else ""
+        weights = f":{self.weights}" if self.weights != "bf16" else ""
+        return f"{self.gpu}x{gpus}:tp{self.tp}{dp}{weights}"
 
     @property
     def spec(self) -> str:
-        return f"{self.gpu}x{self.gpus}:tp{self.tp}"
+        return self._spec(self.gpus)
 
     def scaled(self, scale: float) -> str:
         """The spec at `scale` of the prompts: instances scale the same way (at least one),
         rounded up to whole 8-GPU nodes above one node, so each keeps the paper's load."""
         if scale >= 1.0:
             return self.spec
-        workers = max(1, round(self.gpus // self.tp * scale))
-        gpus = workers * self.tp
+        per_instance = self.tp * self.dp
+        workers = max(1, round(self.gpus // per_instance * scale))
+        gpus = workers * per_instance
         if gpus > GPUS_PER_NODE:
             gpus = math.ceil(gpus / GPUS_PER_NODE) * GPUS_PER_NODE
-        return f"{self.gpu}x{gpus}:tp{self.tp}"
+        return self._spec(gpus)
 
 
 _SPECACTOR = (
@@ -58,6 +70,17 @@ LAYOUTS: Mapping[str, PaperLayout] = MappingProxyType(
         "ppo-32b-20k": PaperLayout("h800", 256, 4, _SPECACTOR),
         # Seer Table 5: 32 GPUs, 1 GPU per instance (§6.1: H800 nodes)
         "seer-moonlight-64k": PaperLayout("h800", 32, 1, "Seer §6.1, Table 5 (Moonlight)"),
+        # Seer Table 5: 256 GPUs, 32 per instance; §6.1: "Kimi-K2 with data parallelism (DP32)
+        # and expert parallelism (EP32)". FP8 assumed: Seer does not state the format; Kimi-K2
+        # is released in block FP8 (Kimi K2 report, arXiv:2507.20534).
+        "seer-kimi-k2-96k": PaperLayout(
+            "h800",
+            256,
+            1,
+            "Seer §6.1, Table 5 (Kimi-K2: DP32 attention, EP32; FP8 weights assumed)",
+            dp=32,
+            weights="fp8",
+        ),
         # Seer Table 5: 128 GPUs, 8 per instance (TP8, §6.1)
         "seer-qwen2vl-72b-40k": PaperLayout("h800", 128, 8, "Seer §6.1, Table 5 (Qwen2-VL-72B)"),
         # RhymeRL §7: 16 nodes, 128 GPUs; Fig. 13 caption: 2-GPU TP for 8B/14B models
@@ -70,16 +93,7 @@ LAYOUTS: Mapping[str, PaperLayout] = MappingProxyType(
     }
 )
 
-NOT_EXPRESSIBLE: Mapping[str, str] = MappingProxyType(
-    {
-        "seer-kimi-k2-96k": (
-            "Seer Table 5 runs Kimi-K2 on 8 instances of 32 H800 with DP32 attention and EP32 "
-            "experts in FP8; the cluster spec has TP only (a 32-GPU TOML instance is priced as "
-            "32-way tensor parallelism: every GPU reads all KV, BF16 weights), and no "
-            "data-parallel-attention or FP8 option"
-        ),
-    }
-)
+NOT_EXPRESSIBLE: Mapping[str, str] = MappingProxyType({})
 
 
 def paper_layout(preset: str) -> PaperLayout | None:

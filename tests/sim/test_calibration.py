@@ -101,7 +101,7 @@ def test_presets_and_layouts_agree_on_hardware() -> None:
 def test_cost_constants_are_not_per_gpu_except_the_fitted_latency() -> None:
     # Only datasheet numbers and the all-reduce latency (fitted per platform, sim/hardware.py)
     # differ between GPUs; every efficiency and overhead is shared.
-    fields = {"name", "hbm_bytes", "hbm_bw", "bf16_flops", "nvlink_bw", "rdma_bw", "pcie_bw"}
+    fields = {"name", "hbm_bytes", "hbm_bw", "bf16_flops", "fp8_flops", "nvlink_bw", "rdma_bw", "pcie_bw"}
     for gpu in GPUS.values():
         assert set(gpu.to_dict()) == fields | {"allreduce_latency_s"}
 

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simctl.sim.cluster import ClusterSpec, parse_cluster
 from simctl.sim.hardware import get_gpu
@@ -36,13 +38,21 @@ def test_parse_names(spec: str, nodes: int, per_node: int, gpu: str, tp: int, wo
 @pytest.mark.parametrize(
     ("spec", "fragment"),
     [
-        ("h100x7x", "expected NAMExCOUNT[:tpN] or a .toml file"),
+        ("h100x7x", "expected NAMExCOUNT[:tpN][:dpN][:fp8] or a .toml file"),
         ("h100", "expected NAMExCOUNT"),
         ("h100x12", "GPU count 12 must be a multiple of 8"),
         ("h100x0", "GPU count 0"),
         ("b200x8", "unknown GPU 'b200'"),
         ("h100x8:tp3", "tp3 does not divide gpus_per_node=8"),
         ("h100x16:tp16", "tp16 does not divide"),
+        ("h800x256:dp24", "field 'dp'=24 does not divide the 256 GPUs of 32 nodes"),
+        ("h800x256:dp12", "field 'dp'=12: a worker spanning nodes takes whole nodes of 8 GPUs"),
+        ("h800x8:dp3", "field 'dp'=3 does not divide gpus_per_node=8"),
+        ("h800x256:tp2:dp32", "field 'tp'=2 with 'dp'=32: data-parallel attention ranks run tp1"),
+        ("h800x8:int4", "unknown option 'int4'; expected tpN, dpN, bf16 or fp8"),
+        ("h800x8:dp2:dp4", "option 'dp' given twice"),
+        ("h800x8:fp8:bf16", "option 'weights' given twice"),
+        ("h800x8:dp0", "tp and dp must be positive"),
     ],
 )
 def test_bad_names(spec: str, fragment: str) -> None:
@@ -50,6 +60,79 @@ def test_bad_names(spec: str, fragment: str) -> None:
         parse_cluster(spec)
     msg = str(err.value)
     assert fragment in msg and repr(spec) in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    ("spec", "nodes", "tp", "dp", "per_worker", "workers", "weights", "first_nodes"),
+    [
+        ("h800x256:dp32:fp8", 32, 1, 32, 32, 8, "fp8", [0, 4, 8]),
+        ("h800x64:tp1:dp32:fp8", 8, 1, 32, 32, 2, "fp8", [0, 4]),
+        ("h800x8:dp4", 1, 1, 4, 4, 2, "bf16", [0, 0]),
+        ("h100x16:dp16:bf16", 2, 1, 16, 16, 1, "bf16", [0]),
+        ("h100x16:tp8:fp8", 2, 8, 1, 8, 2, "fp8", [0, 1]),
+        ("h100x16:fp8:tp2", 2, 2, 1, 2, 8, "fp8", [0, 0, 0]),
+    ],
+)
+def test_parse_data_parallel_and_fp8_names(
+    spec: str,
+    nodes: int,
+    tp: int,
+    dp: int,
+    per_worker: int,
+    workers: int,
+    weights: str,
+    first_nodes: list[int],
+) -> None:
+    c = parse_cluster(spec)
+    assert (c.nodes, c.tp, c.dp, c.gpus_per_worker, c.num_workers, c.weights) == (
+        nodes,
+        tp,
+        dp,
+        per_worker,
+        workers,
+        weights,
+    )
+    assert [c.worker_node(w) for w in range(len(first_nodes))] == first_nodes
+    assert c.spans_nodes == (per_worker > 8)
+    d = json.loads(json.dumps(c.to_dict()))
+    assert (d["dp"], d["gpus_per_worker"], d["weights"]) == (dp, per_worker, weights)
+
+
+def test_toml_data_parallel_worker(tmp_path: Path) -> None:
+    body = 'nodes = 8\ngpus_per_node = 8\ngpu = "h800"\ndp = 32\nweights = "fp8"\n'
+    c = parse_cluster(_write(tmp_path, body))
+    assert (c.tp, c.dp, c.num_workers, c.weights, c.spans_nodes) == (1, 32, 2, "fp8", True)
+    assert c == parse_cluster("h800x64:dp32:fp8")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    gpu=st.sampled_from(["h100", "h800", "a100", "h200"]),
+    count=st.sampled_from([1, 2, 4, 8, 16, 24, 32, 64, 96, 256]),
+    options=st.lists(
+        st.sampled_from(["tp1", "tp2", "tp4", "tp8", "tp3", "dp2", "dp4", "dp8", "dp16", "dp32", "dp6"])
+        | st.sampled_from(["fp8", "bf16", "fp4", "ep8", "tp", ""]),
+        max_size=3,
+    ),
+)
+def test_fuzz_name_specs(gpu: str, count: int, options: list[str]) -> None:
+    """Any NAMExCOUNT:options spec parses into workers that tile the cluster, or fails with one
+    line naming the spec."""
+    spec = f"{gpu}x{count}" + "".join(f":{o}" for o in options)
+    try:
+        c = parse_cluster(spec)
+    except ValueError as err:
+        assert repr(spec) in str(err) and "\n" not in str(err)
+        return
+    assert c.num_workers * c.gpus_per_worker == c.total_gpus == count
+    assert c.gpus_per_node % c.tp == 0  # tensor parallelism never crosses a node
+    assert c.dp == 1 or c.tp == 1
+    nodes = [c.worker_node(w) for w in range(c.num_workers)]
+    assert nodes == sorted(nodes) and nodes[-1] < c.nodes
+    if c.spans_nodes:
+        assert c.gpus_per_worker % c.gpus_per_node == 0
+    else:
+        assert c.gpus_per_node % c.gpus_per_worker == 0
 
 
 def _write(tmp_path: Path, body: str, name: str = "x.toml") -> Path:
@@ -89,6 +172,10 @@ def test_toml_defaults(tmp_path: Path) -> None:
         ('nodes = 1\ngpus_per_node = 8\ngpu = "tpu"\n', "field 'gpu'"),
         ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\ngpu_mem_util = 1.5\n', "field 'gpu_mem_util'=1.5"),
         ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\nspeed = 3\n', "unknown field 'speed'"),
+        ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\nweights = "int4"\n', "field 'weights'='int4'"),
+        ('nodes = 1\ngpus_per_node = 8\ngpu = "h100"\ndp = 0\n', "field 'dp'=0"),
+        ('nodes = 3\ngpus_per_node = 8\ngpu = "h100"\ndp = 16\n', "field 'dp'=16 does not divide the 24"),
+        ('nodes = 4\ngpus_per_node = 8\ngpu = "h100"\ntp = 2\ndp = 16\n', "field 'tp'=2 with 'dp'=16"),
         ("nodes = = 1\n", "cannot read"),
     ],
 )
@@ -111,6 +198,10 @@ def test_dataclass_validation() -> None:
         ClusterSpec(0, 8, get_gpu("h100"))
     with pytest.raises(ValueError, match="gpu_mem_util"):
         ClusterSpec(1, 8, get_gpu("h100"), gpu_mem_util=0.0)
+    with pytest.raises(ValueError, match="'weights'='fp4' must be one of bf16, fp8"):
+        ClusterSpec(1, 8, get_gpu("h100"), tp=1, weights="fp4")
+    with pytest.raises(ValueError, match="'dp'=16: a worker spanning nodes takes whole nodes of 12"):
+        ClusterSpec(4, 12, get_gpu("h100"), tp=1, dp=16)
 
 
 def test_to_dict_is_json_provenance() -> None:
