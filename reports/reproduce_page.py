@@ -2,7 +2,9 @@
 
 Per experiment the paper's value (with its table or figure) beside simctl's mean and 95%
 interval over seeds and steps and the verdict; each ablation ladder side by side; a figure
-per paper (simctl's interval against the paper's range). Built beside its target and
+per paper (simctl's interval against the paper's range); for every experiment that misses,
+its sensitivity curve (the metric over the paper's unpublished input, sim/sensitivity.py)
+with the input value at which it reaches the paper's range. Built beside its target and
 swapped in whole (traces/atomic.py).
 """
 
@@ -14,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from simctl.reports.page import CSS, SELF_CHECK
 from simctl.reports.style import RC, save, subplots
 from simctl.sim.calibration_points import TOLERANCE, CalibrationRow, evaluate
 from simctl.sim.experiments import METRICS, PAPERS
 from simctl.sim.reproduce_stats import Result
+from simctl.sim.sensitivity import Curve
 from simctl.traces.atomic import replace_dir
 
 VERDICT_COLORS = {"in-range": "#d9f2d9", "below": "#fde0dc", "above": "#fde0dc", "not-expressible": "#eeeeee"}
@@ -43,7 +47,26 @@ def _simctl_cell(r: Result) -> str:
     s = r.summary
     if s is None:
         return f"<span class='note'>{_e(r.reason)}</span>"
-    return f"{_num(s.mean)} [{_num(s.lo)}, {_num(s.hi)}] <span class='note'>n={s.n}</span>{_run_note(r)}"
+    sens = "" if r.sensitivity is None else f"<br><span class='note'>{_e(reach_line(r.sensitivity))}</span>"
+    n = f"<span class='note'>n={s.n}</span>"
+    return f"{_num(s.mean)} [{_num(s.lo)}, {_num(s.hi)}] {n}{_run_note(r)}{sens}"
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def reach_line(c: Curve) -> str:
+    """One line: where the curve reaches the paper's range, against the calibrated value."""
+    name = c.input.split(":", 1)[1]
+    if not c.values:
+        return f"neither run reads {c.input}: this input cannot move the result"
+    if c.reaches_paper_at is None:
+        return (
+            f"not reached on the grid {name} = {_g(c.values[0])} .. {_g(c.values[-1])} "
+            f"(calibrated: {_g(c.calibrated)})"
+        )
+    return f"reaches the paper's range at {name} = {_g(c.reaches_paper_at)} (calibrated: {_g(c.calibrated)})"
 
 
 def _run_note(r: Result) -> str:
@@ -125,6 +148,62 @@ def paper_figure(paper: str, results: Sequence[Result], path: Path) -> Path:
     return save(fig, path)
 
 
+def sensitivity_figure(r: Result, path: Path) -> Path:
+    """The metric over the input (points, line) against the paper's range (shaded band);
+    dashed, the calibrated value; a diamond where the curve enters the range."""
+    c, v = r.sensitivity, r.experiment.value
+    if c is None or not c.values:
+        raise ValueError(f"{r.experiment.id}: no sensitivity curve to draw")
+    fig, axes = subplots(1, 1, height_in=2.4)
+    ax = axes[0][0]
+    ax.axhspan(v.lo, v.hi, color="#0072b2", alpha=0.25, lw=0, label="paper")
+    ax.plot(c.values, c.metric, "o-", color="#d55e00", ms=4, label="simctl (seed 0)")
+    ax.axvline(c.calibrated, color="#555555", ls="--", lw=1, label="calibrated")
+    if c.reaches_paper_at is not None:
+        y = float(np.interp(c.reaches_paper_at, c.values, c.metric))
+        ax.plot([c.reaches_paper_at], [y], "D", color="#009e73", ms=6, label="reaches paper")
+    ax.set_xlabel(f"{c.input}: {c.label}", fontsize=7)
+    ax.set_ylabel(r.experiment.metric, fontsize=7)
+    ax.set_title(r.experiment.id, fontsize=8)
+    ax.legend(fontsize=6, loc="best")
+    return save(fig, path)
+
+
+def _slug(r: Result) -> str:
+    return r.experiment.id.replace("/", "-")
+
+
+def _sensitivity_section(results: Sequence[Result], figures: Mapping[str, Path], root: Path) -> str:
+    swept = [r for r in results if r.sensitivity is not None]
+    if not swept:
+        return (
+            '<section id="sensitivity"><h2>Sensitivity of the misses</h2><p class="note">No experiment '
+            "misses the paper, or none was swept.</p></section>"
+        )
+    out = []
+    for r in swept:
+        c = r.sensitivity
+        assert c is not None
+        img = ""
+        if r.experiment.id in figures:
+            rel = figures[r.experiment.id].relative_to(root).as_posix()
+            img = f'<img src="{_e(rel)}" alt="sensitivity of {_e(r.experiment.id)}">'
+        steps = ", ".join(map(str, c.steps))
+        out.append(
+            f'<figure id="sens-{_e(_slug(r))}" class="sensitivity">{img}'
+            f"<figcaption><b>{_e(r.experiment.id)}</b> "
+            f"({_e(r.verdict)}), input <code>{_e(c.input)}</code> ({_e(c.label)}): {_e(reach_line(c))}."
+            f"<br><span class='note'>Why this input: {_e(c.why)} "
+            f"Curve: seed 0, steps {_e(steps)}, linear between grid points.</span></figcaption></figure>"
+        )
+    return (
+        '<section id="sensitivity"><h2>Sensitivity of the misses</h2><p>For each experiment outside '
+        "the paper's range, the one input the paper leaves unpublished that moves it most, swept "
+        "over a grid with nothing else changed; no constant is tuned to these curves.</p>"
+        f"{''.join(out)}</section>"
+    )
+
+
 def calibration_table(rows: Sequence[CalibrationRow]) -> str:
     """The cost model's micro figures: paper value, simctl value, error (sim/calibration_points.py)."""
     head = "<tr><th>micro figure</th><th>quantity</th><th>paper</th><th>simctl</th><th>error</th></tr>"
@@ -154,7 +233,14 @@ def _calibration_section() -> str:
     )
 
 
-def render_page(results: Sequence[Result], figures: Mapping[str, Path], root: Path, meta: Mapping) -> str:
+def render_page(
+    results: Sequence[Result],
+    figures: Mapping[str, Path],
+    root: Path,
+    meta: Mapping,
+    sensitivity: Mapping[str, Path] | None = None,
+) -> str:
+    sensitivity = sensitivity or {}
     counts = {v: sum(r.verdict == v for r in results) for v in dict.fromkeys(r.verdict for r in results)}
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
     kv = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in meta.items())
@@ -171,6 +257,7 @@ def render_page(results: Sequence[Result], figures: Mapping[str, Path], root: Pa
         f"{results_table(results, 'headline-table')}</section>",
         f'<section id="ladders"><h2>Ablation ladders</h2>{_ladders(results)}</section>',
         f'<section id="figures"><h2>Per paper</h2>{figs}</section>',
+        _sensitivity_section(results, sensitivity, root),
         _calibration_section(),
         f'<section id="metrics"><h2>Metrics</h2><ul>{metrics}</ul></section>',
         f'<section id="provenance"><h2>Provenance</h2><table class="kv">{kv}</table></section>',
@@ -194,7 +281,12 @@ def build_reproduce_page(results: Sequence[Result], out_dir: Path, meta: Mapping
             for paper in dict.fromkeys(r.experiment.paper for r in results):
                 mine = [r for r in results if r.experiment.paper == paper]
                 figures[paper] = paper_figure(paper, mine, tmp / "figures" / f"{paper}.png")
-        (tmp / "index.html").write_text(render_page(results, figures, tmp, meta), encoding="utf-8")
+            sens = {
+                r.experiment.id: sensitivity_figure(r, tmp / "figures" / "sensitivity" / f"{_slug(r)}.png")
+                for r in results
+                if r.sensitivity is not None and r.sensitivity.values
+            }
+        (tmp / "index.html").write_text(render_page(results, figures, tmp, meta, sens), encoding="utf-8")
 
     replace_dir(Path(out_dir), fill)
     return Path(out_dir) / "index.html"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simctl.sim.experiments import Experiment
+from simctl.sim.sensitivity import Curve
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom 1..30 (standard tables).
 _T975 = (
@@ -79,6 +80,7 @@ class Result:
     verdict: str = "not-expressible"
     reason: str = ""  # why there is no summary (not expressible, failed)
     detail: dict[str, Any] = field(default_factory=dict)
+    sensitivity: Curve | None = None  # for a miss: the metric over an unpublished input
 
     def to_json(self) -> dict[str, Any]:
         e, s = self.experiment, self.summary
@@ -97,6 +99,7 @@ class Result:
             "mode": self.mode,
             "reason": self.reason,
             **self.detail,
+            **({} if self.sensitivity is None else {"sensitivity": self.sensitivity.to_json()}),
         }
 
 

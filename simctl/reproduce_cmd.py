@@ -42,7 +42,18 @@ def _cells(r: Result) -> list[str]:
     v, s = r.experiment.value, r.summary
     paper = f"{v.lo:.4g}" if v.lo == v.hi else f"{v.lo:.4g}-{v.hi:.4g}"
     sim = "-" if s is None else f"{s.mean:.3f} [{s.lo:.3f}, {s.hi:.3f}] n={s.n}"
-    return [r.experiment.id, r.experiment.metric, f"{paper} ({v.source})", sim, r.verdict]
+    return [r.experiment.id, r.experiment.metric, f"{paper} ({v.source})", sim, r.verdict, _reach(r)]
+
+
+def _reach(r: Result) -> str:
+    """Where a miss's sensitivity curve reaches the paper: 'input = X (cal. Y)'."""
+    c = r.sensitivity
+    if c is None:
+        return ""
+    if not c.values:
+        return f"{c.input}: not read"
+    at = "not on grid" if c.reaches_paper_at is None else f"{c.reaches_paper_at:.3g}"
+    return f"{c.input} = {at} (cal. {c.calibrated:.3g})"
 
 
 def print_table(results: Sequence[Result]) -> None:
@@ -50,7 +61,7 @@ def print_table(results: Sequence[Result]) -> None:
     from rich.table import Table
 
     table = Table(title="simctl reproduce (mean [95% interval] over seeds and steps)")
-    for col in ("experiment", "metric", "paper", "simctl", "verdict"):
+    for col in ("experiment", "metric", "paper", "simctl", "verdict", "reaches paper at"):
         table.add_column(col)
     for r in results:
         table.add_row(*_cells(r))
@@ -95,8 +106,19 @@ def document(results: Sequence[Result], meta: dict, calibration: Sequence[Calibr
 @click.option(
     "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write results JSON."
 )
+@click.option(
+    "--sensitivity/--no-sensitivity",
+    default=True,
+    show_default=True,
+    help="Sweep each missed experiment over its paper's unpublished input (sim/sensitivity.py).",
+)
 def reproduce_cmd(
-    paper: str, quick: bool, seeds: int | None, report_dir: Path | None, json_path: Path | None
+    paper: str,
+    quick: bool,
+    seeds: int | None,
+    report_dir: Path | None,
+    json_path: Path | None,
+    sensitivity: bool,
 ) -> None:
     """Run PAPER's headline experiments (or all: speactor, seer, tlt, rhymerl,
     efficientrollout) and compare with the paper's values. Without --quick this is a
@@ -109,12 +131,15 @@ def reproduce_cmd(
     if report_dir:
         check_report(report_dir)
     t0 = time.perf_counter()
-    results = run_experiments(experiments_of(name), quick=quick, seeds=seeds, verbose=sys.stderr.isatty())
+    results = run_experiments(
+        experiments_of(name), quick=quick, seeds=seeds, verbose=sys.stderr.isatty(), sensitivity=sensitivity
+    )
     meta = {
         **command_provenance(),
         "paper": name,
         "mode": "quick" if quick else "full",
         "seeds": seeds if seeds is not None else "per experiment",
+        "sensitivity": sensitivity,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     print_table(results)

@@ -6,6 +6,10 @@ Runs are shared: one trace per (preset, scale, replayed steps, seed), one replay
 (trace, cluster, policy), whatever number of experiments reads it. Seed k generates the
 trace with seed k and replays it with seed k.
 
+An experiment that misses the paper (verdict below or above) is swept over its paper's
+unpublished input (sim/sensitivity.py): seed 0 on the same scale (the middle step only in
+quick mode where replays are slow), and replays of policies that cannot read the input shared.
+
 Reward, training and weight sync are modelled from the work each step does
 (sim/step_time.py), with the same constants for every paper: the generated trace's phase
 seconds (the preset's fixed shares of a nominal rollout) are dropped before replay.
@@ -14,12 +18,13 @@ seconds (the preset's fixed shares of a nominal rollout) are dropped before repl
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from simctl.sim.cluster import parse_cluster
-from simctl.sim.cost_model import load_cost_model
+from simctl.sim.cost_model import DEFAULT_PARAMS, load_cost_model
 from simctl.sim.engine import SimError
 from simctl.sim.experiments import PIPELINED_POLICIES, Experiment, Scale
 from simctl.sim.metrics import StepMetrics
@@ -27,11 +32,16 @@ from simctl.sim.models import get_model
 from simctl.sim.pipeline import pipeline_seconds
 from simctl.sim.replay import ReplaySetup, run_policy
 from simctl.sim.reproduce_stats import Result, finished
+from simctl.sim.sensitivity import Curve, Sensitivity, apply_trace, cost_params, crossing, sensitivity_for
 from simctl.traces.generate import generate_trace
 from simctl.traces.io import Trace
 from simctl.traces.schema import StepTiming
 
 TraceKey = tuple[str, float, tuple[int, ...], int]  # preset, scale, replayed steps, seed
+# A point of a sensitivity sweep (sim/sensitivity.py): the input and its value; None is the
+# calibrated run.
+Variant = tuple[Sensitivity, float] | None
+MISSES = ("below", "above")  # verdicts that get a sensitivity curve
 
 
 @dataclass
@@ -47,39 +57,55 @@ class Runner:
     """Replays on demand and keeps what the experiments' metrics read."""
 
     log: Callable[[str], None] = field(default=lambda _msg: None)
-    traces: dict[TraceKey, Trace] = field(default_factory=dict)
-    outcomes: dict[tuple[TraceKey, str, str], Outcome] = field(default_factory=dict)
+    traces: dict[tuple[TraceKey, Variant], Trace] = field(default_factory=dict)
+    outcomes: dict[tuple[TraceKey, str, str, Variant], Outcome] = field(default_factory=dict)
 
-    def trace(self, key: TraceKey) -> Trace:
-        if key not in self.traces:
-            preset, scale, steps, seed = key
-            df, meta, lists = generate_trace(preset, max(steps) + 1, seed, scale=scale)
-            meta = dataclasses.replace(meta, timing=StepTiming(), step_timing={})
-            self.traces[key] = Trace(df=df, meta=meta, lists=lists)
-        return self.traces[key]
+    def trace(self, key: TraceKey, variant: Variant = None) -> Trace:
+        if (key, variant) not in self.traces:
+            if variant is None:
+                preset, scale, steps, seed = key
+                df, meta, lists = generate_trace(preset, max(steps) + 1, seed, scale=scale)
+                meta = dataclasses.replace(meta, timing=StepTiming(), step_timing={})
+                self.traces[(key, None)] = Trace(df=df, meta=meta, lists=lists)
+            else:
+                self.traces[(key, variant)] = apply_trace(variant[0], self.trace(key), variant[1])
+        return self.traces[(key, variant)]
 
-    def outcome(self, key: TraceKey, cluster: str, policy: str, measured: Sequence[int] | None) -> Outcome:
-        """The replay's outcome; with `measured`, also the pipeline seconds over those steps."""
-        if (key, cluster, policy) not in self.outcomes:
-            self.log(f"{key[0]} seed {key[3]}: {policy} on {cluster}")
-            setup = _setup(self.trace(key), cluster, key)
+    def outcome(
+        self,
+        key: TraceKey,
+        cluster: str,
+        policy: str,
+        measured: Sequence[int] | None,
+        variant: Variant = None,
+    ) -> Outcome:
+        """The replay's outcome; with `measured`, also the pipeline seconds over those steps.
+        A policy that cannot read the variant's input shares the calibrated replay."""
+        if variant is not None and not variant[0].reads(policy):
+            variant = None
+        ident = (key, cluster, policy, variant)
+        if ident not in self.outcomes:
+            at = "" if variant is None else f" at {variant[0].input}={variant[1]:g}"
+            self.log(f"{key[0]} seed {key[3]}: {policy} on {cluster}{at}")
+            setup = _setup(self.trace(key, variant), cluster, key, variant)
             run = run_policy(setup, policy)
             steps = {m.step: m for m in run.steps}
             pipe = None
             if measured is not None:
                 pipe = pipeline_seconds(run, setup, measured, run.name in PIPELINED_POLICIES)
-            self.outcomes[(key, cluster, policy)] = Outcome(steps, pipe)
-        return self.outcomes[(key, cluster, policy)]
+            self.outcomes[ident] = Outcome(steps, pipe)
+        return self.outcomes[ident]
 
 
-def _setup(trace: Trace, cluster: str, key: TraceKey) -> ReplaySetup:
+def _setup(trace: Trace, cluster: str, key: TraceKey, variant: Variant = None) -> ReplaySetup:
     spec = parse_cluster(cluster)
     model = get_model(trace.meta.model)
+    params = DEFAULT_PARAMS if variant is None else cost_params(variant[0], variant[1])
     return ReplaySetup(
         trace=trace,
         cluster=spec,
         model=model,
-        cost=load_cost_model(model, spec),
+        cost=load_cost_model(model, spec, params=params),
         steps=list(key[2]),
         seed=key[3],
     )
@@ -98,13 +124,15 @@ def metric_value(metric: str, base: StepMetrics, pol: StepMetrics) -> float:
     raise ValueError(f"unknown per-step metric {metric!r}")
 
 
-def _samples(runner: Runner, e: Experiment, scale: Scale, seeds: int) -> list[tuple[int, int, float]]:
+def _samples(
+    runner: Runner, e: Experiment, scale: Scale, seeds: int, variant: Variant = None
+) -> list[tuple[int, int, float]]:
     out = []
     for seed in range(seeds):
         key: TraceKey = (e.preset, scale.trace_scale, scale.replayed, seed)
         pipe = scale.steps if e.metric == "training_throughput" else None
-        base = runner.outcome(key, scale.baseline_cluster or scale.cluster, e.baseline, pipe)
-        pol = runner.outcome(key, scale.cluster, e.policy, pipe)
+        base = runner.outcome(key, scale.baseline_cluster or scale.cluster, e.baseline, pipe, variant)
+        pol = runner.outcome(key, scale.cluster, e.policy, pipe, variant)
         if pipe is not None:
             if base.pipeline_s is None or pol.pipeline_s is None:
                 raise ValueError(f"{e.id}: a run shared with a per-step metric has no pipeline seconds")
@@ -126,8 +154,31 @@ def _detail(e: Experiment, scale: Scale, seeds: int) -> dict:
     }
 
 
-def run_experiment(runner: Runner, e: Experiment, quick: bool, seeds: int | None) -> Result:
-    """Reproduce one experiment; a simulation error becomes the result's 'error' verdict."""
+def sweep(runner: Runner, e: Experiment, s: Sensitivity, quick: bool) -> Curve:
+    """The experiment's metric over the input's grid: seed 0 on the experiment's scale (in
+    quick mode its middle steps where the input says so), the mean of its samples per value."""
+    scale = e.quick if quick else e.full
+    if scale is None:
+        raise ValueError(f"{e.id}: no scale to sweep")
+    scale = dataclasses.replace(scale, steps=s.sweep_steps(scale.steps, quick))
+    values = s.grid(quick)
+    metric: list[float] = []
+    if s.reads(e.policy) or s.reads(e.baseline):
+        for v in values:
+            samples = _samples(runner, e, scale, 1, None if v == s.calibrated else (s, v))
+            finite = [x for _, _, x in samples if math.isfinite(x)]
+            metric.append(sum(finite) / len(finite) if finite else math.nan)
+    else:
+        values = ()  # neither run reads the input: no curve to draw
+    reach = crossing(values, metric, e.value.lo, e.value.hi, s.calibrated) if values else None
+    return Curve(s.input, s.label, s.calibrated, values, tuple(metric), reach, 1, scale.steps, s.why)
+
+
+def run_experiment(
+    runner: Runner, e: Experiment, quick: bool, seeds: int | None, sensitivity: bool = True
+) -> Result:
+    """Reproduce one experiment; a simulation error becomes the result's 'error' verdict.
+    A miss (below or above) gets its paper's sensitivity curve unless `sensitivity` is off."""
     mode = "quick" if quick else "full"
     scale = e.quick if quick else e.full
     if e.not_expressible or scale is None:
@@ -137,11 +188,22 @@ def run_experiment(runner: Runner, e: Experiment, quick: bool, seeds: int | None
         samples = _samples(runner, e, scale, n)
     except (SimError, ValueError) as exc:
         return Result(e, mode, verdict="error", reason=str(exc).splitlines()[0], detail=_detail(e, scale, n))
-    return finished(e, mode, samples, _detail(e, scale, n))
+    result = finished(e, mode, samples, _detail(e, scale, n))
+    s = sensitivity_for(e)
+    if not sensitivity or s is None or result.verdict not in MISSES:
+        return result
+    try:
+        return dataclasses.replace(result, sensitivity=sweep(runner, e, s, quick))
+    except (SimError, ValueError) as exc:
+        return dataclasses.replace(result, reason=f"sensitivity sweep failed: {str(exc).splitlines()[0]}")
 
 
 def run_experiments(
-    experiments: Iterable[Experiment], quick: bool, seeds: int | None = None, verbose: bool = False
+    experiments: Iterable[Experiment],
+    quick: bool,
+    seeds: int | None = None,
+    verbose: bool = False,
+    sensitivity: bool = True,
 ) -> list[Result]:
     """Every experiment in order; replays shared between them run once."""
     runner = Runner(
@@ -153,5 +215,5 @@ def run_experiments(
             runner.traces.clear()
             runner.outcomes.clear()
             preset = e.preset
-        results.append(run_experiment(runner, e, quick, seeds))
+        results.append(run_experiment(runner, e, quick, seeds, sensitivity))
     return results

@@ -125,23 +125,40 @@ def test_selfcheck_catches_a_missing_figure(chromium, report, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def reproduce_page(tmp_path_factory) -> Path:
-    """The reproduction page of one small paper in quick mode, one seed."""
-    from simctl.reports.reproduce_page import build_reproduce_page
+def reproduce_results() -> list:
+    """One small paper in quick mode, one seed: its misses carry sensitivity curves."""
     from simctl.reproduce_runner import run_experiments
     from simctl.sim.experiments import experiments_of
 
-    results = run_experiments(experiments_of("tlt"), quick=True, seeds=1)
-    return build_reproduce_page(results, tmp_path_factory.mktemp("reproduce") / "page", {"mode": "quick"})
+    return run_experiments(experiments_of("tlt"), quick=True, seeds=1)
 
 
-def test_reproduce_page_renders_in_chromium(chromium, reproduce_page, tmp_path):
+@pytest.fixture(scope="module")
+def reproduce_page(tmp_path_factory, reproduce_results) -> Path:
+    """The reproduction page of those results."""
+    from simctl.reports.reproduce_page import build_reproduce_page
+
+    return build_reproduce_page(
+        reproduce_results, tmp_path_factory.mktemp("reproduce") / "page", {"mode": "quick"}
+    )
+
+
+def test_reproduce_page_renders_in_chromium(chromium, reproduce_page, reproduce_results, tmp_path):
     res = _run(chromium, tmp_path, "--dump-dom", reproduce_page.as_uri())
     assert res.returncode == 0, res.stderr[-2000:]
     check = _selfcheck(res.stdout)
     n_img = len(re.findall(r"<img ", reproduce_page.read_text()))
-    assert n_img == 1  # one figure per paper
+    misses = [r for r in reproduce_results if r.verdict in ("below", "above")]
+    assert misses, "the quick TLT run no longer misses: pick a paper with a miss for this test"
+    assert n_img == 1 + len(misses)  # one figure per paper, one sensitivity curve per miss
     assert check.get("data-images") == str(n_img), check
     assert check.get("data-broken") == "0", check
     assert check.get("data-headline") == "yes" and check["text"] == "ok"
     assert 'id="headline-table"' in res.stdout and "tlt/e2e-vs-verl" in res.stdout
+    assert 'id="sensitivity"' in res.stdout
+    for r in misses:
+        slug = r.experiment.id.replace("/", "-")
+        assert f'<figure id="sens-{slug}" class="sensitivity"><img src="figures/sensitivity/{slug}.png"' in (
+            res.stdout
+        )
+    assert "accept:eagle" in res.stdout and "(calibrated: 0.665)" in res.stdout
