@@ -26,6 +26,7 @@ from simctl.sim.drafter_training import (
 from simctl.sim.engine import EngineConfig, SimError, StepSimulation
 from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, step_parts, tail_time
 from simctl.sim.models import ModelSpec
+from simctl.sim.parallel_replay import replay_parallel
 from simctl.sim.plan import Plan
 from simctl.sim.role_time import LENT_ROLES, role_seconds
 from simctl.sim.state import DEFERRED, StepState
@@ -44,6 +45,7 @@ from simctl.traces.run_format import (
     WorkerLossEntry,
     policy_entry,
 )
+from simctl.traces.schema import StepTiming, TraceMeta
 
 
 @dataclass
@@ -62,8 +64,8 @@ class ReplaySetup:
     faults: tuple[WorkerFault, ...] = ()
 
     def layout(self) -> list[tuple[int, int]]:
-        per_node = self.cluster.workers_per_node
-        return [(w // per_node, self.cluster.tp) for w in range(self.cluster.num_workers)]
+        c = self.cluster
+        return [(c.worker_node(w), c.gpus_per_worker) for w in range(c.num_workers)]
 
     def info(self) -> ModelInfo:
         m = self.trace.meta
@@ -121,6 +123,13 @@ def _step_frames(setup: ReplaySetup) -> dict[int, pd.DataFrame]:
     df = setup.trace.df
     wanted = with_token_methods(df[df["step"].isin(setup.steps)], setup.trace)
     return {int(s): g for s, g in wanted.groupby("step", sort=True)}
+
+
+def measured_timing(meta: TraceMeta, step: int) -> StepTiming:
+    """The step's reward/train/sync seconds if the trace measured them (a live recording, an
+    imported log); a generated trace's are a preset's assumption, so the simulator models
+    them from the work instead (sim/step_time.py), the same way for every trace."""
+    return StepTiming() if meta.source == "generated" else meta.timing_for(step)
 
 
 def trace_draft_methods(trace: Trace) -> frozenset[str]:
@@ -244,9 +253,9 @@ class _FirstTimesSimulation(StepSimulation):
         self.first_s = FirstTimes()
 
     def record_segment(
-        self, worker: int, t0: float, t1: float, iterations: int, plan: Plan, batch: int
+        self, worker: int, t0: float, t1: float, iterations: int, plan: Plan, batch: int, pos: int
     ) -> None:
-        super().record_segment(worker, t0, t1, iterations, plan, batch)
+        super().record_segment(worker, t0, t1, iterations, plan, batch, pos)
         self.first_s.see(t0, plan, iterations, t1)
 
 
@@ -302,7 +311,7 @@ def _metrics(setup: ReplaySetup, sim: StepSimulation, frame: pd.DataFrame, makes
     done = ~np.isnan(st.finish_s[:n])
     tokens = int((st.target_len[:n] - st.start_generated[:n])[done].sum())
     post = post_rollout_time(
-        setup.trace.meta.timing_for(st.step),
+        measured_timing(setup.trace.meta, st.step),
         tokens=int(st.target_len[:n].sum() + st.prompt_len[:n].sum()),
         active_params=float(setup.model.active_param_count()),
         weight_bytes=float(setup.model.weight_bytes()),
@@ -382,7 +391,20 @@ def replay(
     setup: ReplaySetup,
     policy_specs: Sequence[str],
     on_step: Callable[[str, int], None] | None = None,
+    jobs: int = 1,
 ) -> dict[str, PolicyRun]:
+    """Each policy's run, by name; `jobs` > 1 runs them in that many processes at once
+    (sim/parallel_replay.py: the same results; `on_step` is then called for all of a
+    policy's steps when it finishes)."""
+    if jobs > 1 and len(policy_specs) > 1:
+
+        def finished(spec: str) -> None:
+            for step in setup.steps:
+                if on_step is not None:
+                    on_step(spec, step)
+
+        done = replay_parallel(run_policy, setup, policy_specs, jobs, finished)
+        return {run.name: run for run in done}
     runs: dict[str, PolicyRun] = {}
     for spec in policy_specs:
         run = run_policy(setup, spec, on_step)

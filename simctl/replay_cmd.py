@@ -211,6 +211,13 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
 )
 @chrome_trace_option()
 @fail_worker_option()
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Replay up to N policies at once, one process each (same results; use your cores).",
+)
 def replay_cmd(
     trace,
     policies,
@@ -227,6 +234,7 @@ def replay_cmd(
     report_dir,
     chrome_trace,
     fail_workers,
+    jobs,
 ) -> None:
     """Replay TRACE under each --policy on a simulated cluster and compare."""
     check_outputs(trace, json_path, out, report_dir)
@@ -261,7 +269,7 @@ def replay_cmd(
             bar.update(task, advance=1, description=f"{name} step {step}")
 
         try:
-            runs = replay(setup, policies, tick)
+            runs = replay(setup, policies, tick, jobs=jobs)
         except (SimError, WorkerFaultError) as exc:
             raise click.ClickException(str(exc)) from None
     print_table(runs, baseline)

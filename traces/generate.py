@@ -439,7 +439,8 @@ def _meta(p: Preset, steps: int, seed: int, scale: float, lay: _Layout, buckets:
         source="generated",
         accept_bucket_tokens=ACCEPT_BUCKET_TOKENS if buckets else None,
         cluster=layout_for(p.name, scale),
-        timing=p.timing.step_timing(scale),
+        # No reward/train/sync seconds: the simulator models them from the work
+        # (sim/step_time.py); the preset's shares stay documentation of the paper.
         notes={
             "generator": f"traces.generate v{GENERATOR_VERSION}",
             "paper": p.paper,
@@ -450,7 +451,6 @@ def _meta(p: Preset, steps: int, seed: int, scale: float, lay: _Layout, buckets:
             "steps_per_epoch": p.steps_per_epoch,
             "history_epoch0": "accept_history in epoch 0 is a floor, not a measurement: "
             "disable history drafting while epoch == 0",
-            "timing": "reward_s and train_s scale with `scale`; weight_sync_s does not",
         },
     )
 
