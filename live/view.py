@@ -103,7 +103,7 @@ class LiveView:
     def draft_counters(self, requests: Sequence[int]) -> tuple[list[int], list[int], list[SpecConfig]]:
         """Drafted tokens, accepted tokens and own speculation setting of many requests at
         once, as `request(r)` gives them (the simulator's view has the same fast path, which
-        `policies.drafter_evidence.draft_counters` uses). Cost: proportional to `requests`."""
+        `policies.bulk_reads.draft_counters` uses). Cost: proportional to `requests`."""
         rs = [self._c.requests[r] for r in requests]
         return [r.drafted for r in rs], [r.accepted for r in rs], [r.spec for r in rs]
 

@@ -124,7 +124,7 @@ class SimView:
     def draft_counters(self, requests: Sequence[int]) -> tuple[list[int], list[int], list[SpecConfig]]:
         """Drafted tokens, accepted tokens and own speculation setting of many requests at
         once, as `request(r).drafted_tokens` etc. would give them (optional fast path of
-        `policies.drafter_evidence.draft_counters`: a best-drafter part reads every request
+        `policies.bulk_reads.draft_counters`: a best-drafter part reads every request
         of a worker at each of its ticks). Cost: proportional to `requests`."""
         st = self._sim.state
         ids = np.fromiter(requests, np.int64, len(requests))

@@ -35,7 +35,6 @@ from simctl.sim.reproduce_stats import Result, finished
 from simctl.sim.sensitivity import Curve, Sensitivity, apply_trace, cost_params, crossing, sensitivity_for
 from simctl.traces.generate import generate_trace
 from simctl.traces.io import Trace
-from simctl.traces.schema import StepTiming
 
 TraceKey = tuple[str, float, tuple[int, ...], int]  # preset, scale, replayed steps, seed
 # A point of a sensitivity sweep (sim/sensitivity.py): the input and its value; None is the
@@ -65,7 +64,6 @@ class Runner:
             if variant is None:
                 preset, scale, steps, seed = key
                 df, meta, lists = generate_trace(preset, max(steps) + 1, seed, scale=scale)
-                meta = dataclasses.replace(meta, timing=StepTiming(), step_timing={})
                 self.traces[(key, None)] = Trace(df=df, meta=meta, lists=lists)
             else:
                 self.traces[(key, variant)] = apply_trace(variant[0], self.trace(key), variant[1])
