@@ -8,7 +8,9 @@ per worker). The Seer variants are also measured on the bundled Seer preset samp
 Each measurement runs in a fresh single-threaded process, so caches and heaps are its own.
 
 Prints per policy: CPU s/step at both sizes, the ratio to verl's on the same trace and
-cluster (issue target <= 3) and the 4,096/512 growth (target <= 10, linear is 8).
+cluster (issue target <= 3) and the 4,096/512 growth (target <= 10, linear is 8); then the
+200-step six-policy dapo study (verl, speactor, seer, tlt, rhymerl, composite) projected
+from those CPU seconds on 1, 2 and 64 workers (target <= 10 min on 2).
 """
 
 from __future__ import annotations
@@ -84,12 +86,35 @@ def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: d
     return cells + f" {big['cpu_s']:9.2f} {big['cpu_s'] / base_big['cpu_s']:7.2f} {growth:7.2f}{flag}"
 
 
-def table(title: str, trace: Path, policies: list[str], factor: int) -> None:
-    """Measure and print one trace's table as it goes (a slow policy shows up at once)."""
+# Issue #17's study: 200 dapo steps of these six policies, on 2 workers (target <= 10 min).
+STUDY = ("verl", "speactor", "seer", "tlt", "rhymerl", "composite")
+STUDY_STEPS = 200
+STUDY_TARGET_S = 600.0
+
+
+def study_projection(cpu_per_step: dict[str, float]) -> None:
+    """The 200-step six-policy study's wall time projected from the measured CPU per step:
+    its points (one policy's steps each) spread over 1, 2 and 64 workers. A projection,
+    not a measurement: it assumes every step costs what step 0 does, and perfect packing
+    of the points (each worker gets 1/N of the CPU seconds)."""
+    missing = [p for p in STUDY if p not in cpu_per_step]
+    if missing:
+        print(f"\n200-step study: not projected (not measured: {', '.join(missing)})")
+        return
+    total = STUDY_STEPS * sum(cpu_per_step[p] for p in STUDY)
+    cells = "  ".join(f"{n} workers {total / n / 60:6.1f} min" for n in (1, 2, 64))
+    flag = "" if total / 2 <= STUDY_TARGET_S else "  *"
+    print(f"\n200-step six-policy dapo study, projected from cpu s/step: {cells}{flag}")
+
+
+def table(title: str, trace: Path, policies: list[str], factor: int) -> dict[str, float]:
+    """Measure and print one trace's table as it goes (a slow policy shows up at once);
+    returns CPU s per step at 1x by policy."""
     print(f"\n{title}: {trace.name}, step 0; 1x and {factor}x cluster (same requests/worker)")
     big, growth = f"cpu s {factor}x", f"{factor}x/1x"
     print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s} {big:>9s} {'x verl':>7s} {growth:>7s}")
     base_small = measure(trace, 1, BASELINE)
+    cpu: dict[str, float] = {}
     base_big = measure(trace, factor, BASELINE) if factor > 1 else None
     for name in policies:
         small = base_small if name == BASELINE else measure(trace, 1, name)
@@ -97,6 +122,9 @@ def table(title: str, trace: Path, policies: list[str], factor: int) -> None:
         if factor > 1 and "error" not in small:
             big = base_big if name == BASELINE else measure(trace, factor, name)
         print(_row(name, small, big, base_small, base_big), flush=True)
+        if "error" not in small:
+            cpu[name] = small["cpu_s"]
+    return cpu
 
 
 def main() -> None:
@@ -110,7 +138,7 @@ def main() -> None:
     names = args.policy or sorted(REGISTRY)
     t = time.perf_counter()
     print(f"targets: cpu <= {TARGET_VS_VERL:g}x {BASELINE}'s, growth <= {TARGET_GROWTH:g} (* = missed)")
-    table("dapo-32b-20k", DAPO, names, args.factor)
+    study_projection(table("dapo-32b-20k", DAPO, names, args.factor))
     seers = [n for n in names if n.startswith("seer")]
     if seers and not args.no_seer_preset:
         table("Seer preset", SEER, [BASELINE, *seers], args.factor)

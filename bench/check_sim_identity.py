@@ -57,11 +57,23 @@ def digest(sample: Path, policy: str) -> dict[str, object]:
     steps = result.steps.drop(columns=[c for c in result.steps.columns if "wall" in c or "cpu" in c])
     timeline = result.timeline[[c for c in TIMELINE_COLUMNS if c in result.timeline.columns]]
     requests = result.requests[[c for c in result.requests.columns if c not in REQUEST_SKIP]]
+    tl = result.timeline.assign(busy_s=result.timeline["t1_s"] - result.timeline["t0_s"])
+    per_worker = tl.groupby(["step", "worker"])[["busy_s", "iterations"]].sum().reset_index()
     return {
         "steps": json.loads(steps.to_json(orient="records", double_precision=15)),
         "requests": _hash(requests),
         "timeline": _hash(timeline),
+        # --loose: times to the microsecond, and the timeline as busy seconds and
+        # iterations per worker (a change in where a block stops splits it otherwise)
+        "requests_us": _hash(_rounded(requests)),
+        "busy_us": _hash(_rounded(per_worker)),
     }
+
+
+def _rounded(frame: pd.DataFrame) -> pd.DataFrame:
+    """Float columns rounded to 1e-6 (seconds: a microsecond)."""
+    floats = frame.select_dtypes("float").columns
+    return frame.assign(**{c: frame[c].round(6) for c in floats})
 
 
 # Step-time parts after the rollout follow from the trace's metadata and the post-rollout
@@ -70,11 +82,17 @@ def digest(sample: Path, policy: str) -> dict[str, object]:
 POST_ROLLOUT = ("step_time_s", "reward_s", "train_s", "weight_sync_s", "post_source")
 
 
-def _rollout(d: object) -> object:
+def _rollout(d: object, loose: bool = False) -> object:
     if not isinstance(d, dict) or "steps" not in d:
         return d
-    steps = [{k: v for k, v in s.items() if k not in POST_ROLLOUT} for s in d["steps"]]
-    return {**d, "steps": steps}
+    steps = [{k: _value(v, loose) for k, v in s.items() if k not in POST_ROLLOUT} for s in d["steps"]]
+    if loose:  # exact hashes out, rounded ones in
+        return {"steps": steps, "requests_us": d.get("requests_us"), "busy_us": d.get("busy_us")}
+    return {**d, "steps": steps, "requests_us": None, "busy_us": None}
+
+
+def _value(v: object, loose: bool) -> object:
+    return float(f"{v:.9g}") if loose and isinstance(v, float) else v
 
 
 def main() -> int:
@@ -83,6 +101,12 @@ def main() -> int:
     ap.add_argument("--compare", type=Path)
     ap.add_argument("--policies", default="", help="comma-separated subset (default: all registered)")
     ap.add_argument("--samples", default="", help="comma-separated substrings of sample names")
+    ap.add_argument(
+        "--loose",
+        action="store_true",
+        help="same to 9 significant digits and the microsecond, timeline compared per worker "
+        "(for changes that move where blocks stop: the clock then rounds differently in the last bit)",
+    )
     args = ap.parse_args()
     from simctl.policies.registry import REGISTRY
 
@@ -98,7 +122,7 @@ def main() -> int:
     if not args.compare:
         return 0
     before = json.loads(args.compare.read_text())
-    bad = [k for k in out if k in before and _rollout(before[k]) != _rollout(out[k])]
+    bad = [k for k in out if k in before and _rollout(before[k], args.loose) != _rollout(out[k], args.loose)]
     for k in bad:
         print(f"DIFFERENT {k}")
     print(f"{len(out) - len(bad)} of {len(out)} identical")

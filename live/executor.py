@@ -84,6 +84,11 @@ __all__ = [
 ]
 
 
+def _ALL(worker: int, view: object) -> bool:
+    """`Policy.wants_ticks` of a duck-typed policy without it: every Tick."""
+    return True
+
+
 @dataclass
 class ExecutorConfig:
     max_num_seqs: int = 256
@@ -342,12 +347,12 @@ class LiveExecutor:
                     self._end_dispatch(r, w, stopped)
         finally:
             w.ending = []
-        tick = self.policy.tick_iterations
-        if tick:
+        if tick := self.policy.tick_iterations:
             w.since_tick += 1
             if w.since_tick >= tick:
                 w.since_tick = 0
-                self._emit(Tick(time_s=self.cluster.now, worker=w.id, iteration=w.iteration))
+                if getattr(self.policy, "wants_ticks", _ALL)(w.id, self.view):  # skipped: cadence kept
+                    self._emit(Tick(time_s=self.cluster.now, worker=w.id, iteration=w.iteration))
         self._settle()
 
     def _settle(self) -> None:

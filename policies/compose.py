@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from simctl.policies.contract import Action, Capability, ClusterView, Event, Policy
+from simctl.policies.contract import Action, Capability, ClusterView, Event, Policy, WorkerId
 from simctl.policies.draft_rule import DraftRule
 
 
@@ -39,6 +39,10 @@ class Composed(Policy):
     @property
     def draft_methods_used(self) -> frozenset[str]:
         return self._methods
+
+    def wants_ticks(self, worker: WorkerId, view: ClusterView) -> bool:
+        """A Tick matters when it matters to any part that asked for Ticks."""
+        return any(p.tick_iterations and p.wants_ticks(worker, view) for p in self.parts)
 
     def observe(self, actions: Sequence[Action]) -> None:
         for part in self._observers:

@@ -456,6 +456,24 @@ class Policy(ABC):
         column per method). A composed policy has the union of its parts'."""
         return frozenset()
 
+    def wants_ticks(self, worker: WorkerId, view: ClusterView) -> bool:
+        """Whether a `Tick` of `worker` could change this policy's answer now (default: yes).
+
+        Ticks exist for decisions that depend on progress between events, and each one
+        costs an executor a stop: the simulator ends a stretch of a planned block there
+        (TLT's Tick every 16 iterations of 512 workers made most of its step's simulator
+        time, answered with nothing). The simulator asks when it plans a worker's block
+        (again after any action that reaches the worker, an admission, a finish with
+        requests waiting) and, while the answer is no, after each event of that worker
+        (a request finishing or ending its chunk there) and at a tick where the block
+        stops anyway; a live executor asks when a Tick falls due. A Tick answered False is skipped: not
+        delivered and not counted as an event; the tick cadence and the iteration count
+        a Tick carries are unchanged. Answer False only where the Tick handler would
+        return no action and change no state of the policy until the policy hears an
+        event of this worker or sends it an action. Cost: called per planned block and
+        per event of a worker whose Ticks are declined; keep it constant-time."""
+        return True
+
     def observe(self, actions: Sequence[Action]) -> None:
         """Actions another part of the same composed policy returned for the current event,
         before the executor applied them (the view shows them only afterwards).

@@ -240,6 +240,11 @@ class EfficientRolloutSpeculation(Policy):
             return self._maybe_switch_on(event.worker, view)
         return []
 
+    def wants_ticks(self, worker: WorkerId, view: ClusterView) -> bool:
+        """Ticks check the toggle while SD is off on the worker; once on it stays on for the
+        step, and the SetSpec that turns it on makes the worker re-plan."""
+        return self.use_toggle and not self._sd_on.get(worker, True)
+
     def _open_step(self, event: StepStarted, view: ClusterView) -> list[Action]:
         self._step_open = True
         self._step = event.step

@@ -254,6 +254,11 @@ class HistoPipe(Policy):
             return [] if g is None else self._outliers(g, view)
         return []
 
+    def wants_ticks(self, worker: WorkerId, view: ClusterView) -> bool:
+        """Ticks look for outliers only on the workers of a ranking group (assigned at
+        StepStarted, fixed for the step)."""
+        return worker in self._worker_group
+
     # ---------------------------------------------------------------------- placement
     def _place(self, step: int, requests: Sequence[RequestId], view: ClusterView) -> list[Action]:
         self._groups, self._group_of, self._worker_group, self._migrated = [], {}, {}, set()

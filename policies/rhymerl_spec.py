@@ -116,6 +116,10 @@ class HistoSpec(Policy):
             return self._configure(event.worker, view)
         return []
 
+    def wants_ticks(self, worker: WorkerId, view: ClusterView) -> bool:
+        """Ticks re-evaluate speculation only in a step with history (set at StepStarted)."""
+        return self._enabled
+
     def _start(self, requests: Sequence[RequestId], view: ClusterView) -> list[Action]:
         self._enabled = bool(requests) and bool(view.history(view.request(requests[0]).prompt_id).lengths)
         out: list[Action] = [SetSpec(spec=SPEC_OFF, worker=w) for w, on in self._on.items() if on]

@@ -217,6 +217,21 @@ class TltSpeculation(Policy):
             return self._maybe_activate(event.worker, view, event.time_s)
         return []
 
+    def wants_ticks(self, worker: WorkerId, view: ClusterView) -> bool:
+        """A Tick retunes an active worker's EAGLE strategy, or activates an inactive one
+        whose remaining count fell into the tail. Neither can happen while n-gram drafts
+        (no bandit to retune), nor while the worker's count stays above the threshold: it
+        falls at a finish there (RequestFinished activates at once) or when a running
+        request leaves (the worker re-plans and asks again); a waiting one can leave
+        without a re-plan, so a worker with requests waiting keeps its Ticks. The global
+        count is not tracked per worker, so `scope="global"` keeps them before activation."""
+        if self._active.get(worker, True):
+            return self._use_eagle
+        if self.scope == "global":
+            return True
+        w = view.worker(worker)
+        return w.waiting > 0 or elastic_active(w.running + w.waiting, self.threshold)
+
     def _open_step(self, event: StepStarted, view: ClusterView) -> list[Action]:
         self._step = event.step
         self._use_eagle = self.drafter == "adaptive" and self.ledger.trained

@@ -130,6 +130,13 @@ class StepSimulation:
     def tick_iterations(self) -> int | None:
         return self.policy.tick_iterations
 
+    def wants_ticks(self, worker: int) -> bool:
+        """Whether the policy wants `worker`'s Ticks now (asked when the worker plans)."""
+        if not self.policy.tick_iterations:
+            return False
+        asks = getattr(self.policy, "wants_ticks", None)  # a duck-typed policy wants them all
+        return asks is None or bool(asks(worker, self.view))
+
     def method_index(self, method: str) -> int:
         try:
             return self.state.method_index(method)

@@ -256,7 +256,8 @@ class _FirstTimesSimulation(StepSimulation):
         self, worker: int, t0: float, t1: float, iterations: int, plan: Plan, batch: int, pos: int
     ) -> None:
         super().record_segment(worker, t0, t1, iterations, plan, batch, pos)
-        self.first_s.see(t0, plan, iterations, t1)
+        if pos == 0:  # every row of a plan runs from its first iteration: later stretches add none
+            self.first_s.see(t0, plan, iterations, t1)
 
 
 CARRIED = "_carried_generated"

@@ -36,6 +36,7 @@ from simctl.sim.acceptance_source import AcceptanceSource
 from simctl.sim.plan import Plan
 from simctl.sim.spec_planner import SpecPlanner
 from simctl.sim.state import CANCELLED, FINISHED, RUNNING, WAITING
+from simctl.sim.tick_cadence import TickCadence
 from simctl.sim.worker_host import WorkerHost
 
 # A fast-forward block never plans more iterations than this (bounds memory of the
@@ -89,7 +90,7 @@ class Worker:
         self.prefill_tokens = 0
         self.recompute_tokens = 0
         self.iteration = 0
-        self._since_tick = 0
+        self.ticks = TickCadence(host, wid)
         self._horizon = FIRST_HORIZON
         self._idle_reported = False
         self._wake: simpy.Event | None = None
@@ -244,9 +245,8 @@ class Worker:
         remaining = st.dispatch_end[ids] - st.generated[ids]
         ctx0 = int(st.context(ids).sum())
         cap = 1 if cfg.per_iteration else MAX_BLOCK_ITERATIONS
-        tick = self.host.tick_iterations
-        if tick and self._replan_at_tick:
-            cap = min(cap, tick - self._since_tick)
+        if self.host.tick_iterations and self._replan_at_tick:
+            cap = min(cap, self.ticks.to_next())
         prefill = float(cost.prefill_time(self.prefill_tokens)) if self.prefill_tokens else 0.0
         arrays = self.planner.arrays(ids)
         # With requests waiting, the first finish may admit one: plan only up to it.
@@ -275,16 +275,9 @@ class Worker:
         return plan
 
     def _with_ticks(self, plan: Plan) -> Plan:
-        """Stop at every policy tick inside the block: the tick is reported there and the
-        block goes on unless the policy's answer changed this worker."""
-        tick = self.host.tick_iterations
-        k = plan.iterations
-        if not tick or self._replan_at_tick or tick - self._since_tick > k:
-            return plan
-        ticks = np.arange(tick - self._since_tick, k + 1, tick)
-        stops = plan.stops if plan.stops is not None else np.array([k])
-        plan.stops = np.union1d(stops, ticks)
-        return plan
+        """Stop at every policy tick inside the block that the policy wants: the tick is
+        reported there and the block goes on unless the answer changed this worker."""
+        return self.ticks.add_stops(plan, self._replan_at_tick)
 
     def _plan_plain_finishes(self, ids: np.ndarray, remaining: np.ndarray, cap: int, prefill: float) -> Plan:
         """Plain decoding with nothing waiting: every running request gains one token per
@@ -316,8 +309,9 @@ class Worker:
     # --------------------------------------------------------------------- applying
     def apply(self, plan: Plan, done: int, pos: int = 0, end_s: float | None = None) -> bool:
         """Apply iterations pos..done of the plan (plain plans are applied stop by stop);
-        True when a policy tick was reported. `end_s`: when iteration `done` ended, if not
-        now (a lost worker's last completed iteration)."""
+        True when the stretch reached a tick (reported to the policy if it wanted it).
+        `end_s`: when iteration `done` ended, if not now (a lost worker's last completed
+        iteration)."""
         st, host = self.host.state, self.host
         ids = plan.ids
         self.prefill_tokens = self.recompute_tokens = 0
@@ -336,13 +330,7 @@ class Worker:
         t0 = now - float(plan.cum_s[done - 1] - (plan.cum_s[pos - 1] if pos else 0.0))
         host.record_segment(self.id, t0, now, done - pos, plan, int((prev < plan.remaining).sum()), pos)
         self.iteration += done - pos
-        fired_tick = False
-        tick = host.tick_iterations
-        if tick:
-            self._since_tick += done - pos
-            if self._since_tick >= tick:
-                self._since_tick = 0
-                fired_tick = True
+        on_tick = self.ticks.advance(done - pos)
         alive = left > 0
         ended = ~alive & (prev < plan.remaining)  # ended in this stretch
         if self._rows_left:
@@ -354,11 +342,12 @@ class Worker:
             self.running = ids[mine & alive]
         elif ended.any():
             self.running = ids[alive]
-        for rid in ids[ended].tolist():
+        finished = ids[ended].tolist()
+        for rid in finished:
             host.end_dispatch(rid, self.id, now)
-        if fired_tick:
+        if self.ticks.deliver(on_tick, bool(finished)):
             host.emit(Tick(time_s=now, worker=self.id, iteration=self.iteration))
-        return fired_tick
+        return on_tick
 
     def _apply_speculative(self, plan: Plan, done: int, pos: int) -> tuple[np.ndarray, np.ndarray]:
         """(progress at `done`, progress at `pos`) of a speculative plan's rows since it
@@ -420,8 +409,10 @@ class Worker:
         env = self.host.env
         start = env.now
         stops = plan.stops.tolist() if plan.stops is not None else [plan.iterations]
-        pos = 0
-        for stop in stops:
+        pos, i = 0, 0
+        while i < len(stops):
+            stop = stops[i]
+            i += 1
             self._phase = _ADVANCING
             self._block = (plan, start, pos, stop)
             interrupted = False
@@ -447,8 +438,12 @@ class Worker:
             poked = self._phase == _POKED
             self._phase = _BUSY
             pos = done
-            if interrupted or poked or self.host.done or done >= plan.iterations:
+            # a speculative block is sampled past its rows' expected finishes: once none is
+            # left, its remaining iterations would be empty batches (busy time that is not)
+            if interrupted or poked or self.host.done or done >= plan.iterations or not len(self.running):
                 break
             if ticked and plan.probe is not None and self._acceptance.model_drift(plan.probe) > MODEL_DRIFT:
                 break
+            if self.ticks.rearmed:  # the policy came to want this worker's Ticks
+                stops, i = self.ticks.rearm(done, plan.iterations, stops[i:]), 0
         return pos

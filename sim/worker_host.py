@@ -11,7 +11,8 @@ A worker MAY
   RUNNING/WAITING on admission and preemption, generated, kv_resident, the speculation
   counters, preemptions);
 - count in `counters` (blocks, preemptions);
-- ask `method_index`, `drafter_for` and `drafter_load` to name and price drafters;
+- ask `wants_ticks` (whether to stop for the policy's Ticks), and `method_index`,
+  `drafter_for` and `drafter_load` to name and price drafters;
 - report through `record_segment` (busy time), `end_dispatch` (a request reached the end
   of its dispatch: the host decides what that means) and `emit` (Tick, WorkerIdle).
 
@@ -58,6 +59,11 @@ class WorkerHost(Protocol):
     @property
     def tick_iterations(self) -> int | None:
         """The policy's tick period in iterations (None/0: no ticks)."""
+        ...
+
+    def wants_ticks(self, worker: int) -> bool:
+        """Whether the policy wants this worker's Ticks now (Policy.wants_ticks); asked
+        when the worker plans a block."""
         ...
 
     def method_index(self, method: str) -> int:
