@@ -12,16 +12,26 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from simctl.policies.suffix_tree import DraftRule
 from simctl.sim.acceptance import sample_tokens
 
-# (rule, rows, paths, chain acceptance, per-token acceptance used) of a grouped-drafter
-# acceptance-model draw (Seer Table 2 by visible siblings)
-ModelProbe = tuple[DraftRule, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+class ModelProbe(NamedTuple):
+    """A grouped-drafter acceptance-model draw (Seer Table 2 by visible siblings), kept to
+    check later how far its rows' acceptance has drifted."""
+
+    rule: DraftRule
+    rows: np.ndarray
+    paths: np.ndarray
+    chain: np.ndarray  # the trace's chain acceptance of the rows
+    p: np.ndarray  # per-token acceptance the rows were drawn with
+    # the rows' sibling columns (sim.token_replay `_siblings`), reused by each drift check
+    # of the same rows instead of gathered again; None: not known
+    siblings: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)

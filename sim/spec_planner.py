@@ -7,6 +7,7 @@ preemption) and the block loop; this owns the worker's speculation setting.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -38,6 +39,7 @@ class _Block(NamedTuple):
     cum: np.ndarray  # cumulative tokens per row
     fin: np.ndarray  # column in which each row reaches its dispatch end (k: not in the block)
     order: np.ndarray  # rows by finish column
+    fin_sorted: np.ndarray  # fin[order]: the finish columns, ascending
     gone: np.ndarray  # rows finished before each iteration
     ctx: np.ndarray  # context tokens of the batch in each iteration
     k: int  # iterations
@@ -84,6 +86,45 @@ def _narrow(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return values
 
 
+# The hit matrix last asked about (held, so its id is not reused) and whether any entry
+# is below 1. Workers share it: a Fastest-of-N replica replaces the matrix, once per clone.
+_MISS_CACHE: list = [None, False]
+
+
+def _any_miss(hit_mat: np.ndarray) -> bool:
+    """Whether some request of the step drafts in fewer than all iterations (a hit share
+    below 1): when none does, every plan prices verification directly."""
+    if _MISS_CACHE[0] is not hit_mat:
+        _MISS_CACHE[0], _MISS_CACHE[1] = hit_mat, bool((hit_mat < 1.0).any())
+    return bool(_MISS_CACHE[1])
+
+
+class _WorkerArrays(tuple):
+    """SpecArrays in which every row follows its worker's setting (no request overrides
+    it): one method, one depth, coupled or decoupled alike, so the planner can skip the
+    per-row selections that mixed settings need."""
+
+    __slots__ = ()
+
+
+def block_stops(fin_sorted: np.ndarray, k: int) -> np.ndarray:
+    """Iterations (1-based) after which a row ends, ascending and unique, with `k` last:
+    `np.unique(fin[fin < k] + 1)` plus `k`, from the finish columns already sorted (np.unique
+    sorts again and costs more than the rest of this on a re-plan's few rows).
+
+    >>> block_stops(np.array([0, 0, 2, 5, 5]), 5)
+    array([1, 3, 5])
+    """
+    head = fin_sorted[: int(np.searchsorted(fin_sorted, k, side="left"))]
+    if not len(head):
+        return np.array([k], np.int64)
+    keep = np.empty(len(head), np.bool_)
+    keep[0] = True
+    np.not_equal(head[1:], head[:-1], out=keep[1:])
+    stops = head[keep] + 1
+    return stops if stops[-1] == k else np.append(stops, k)
+
+
 class SpecPlanner:
     def __init__(
         self, host: WorkerHost, kv_capacity: int, rng: np.random.Generator, acceptance: AcceptanceSource
@@ -94,10 +135,13 @@ class SpecPlanner:
         self.acceptance = acceptance
         self.spec: SpecConfig = SPEC_OFF
         self.method_idx = -1
+        # the worker's setting as constant rows, by batch size (read-only: plans keep them)
+        self._constant_rows: dict[int, tuple[np.ndarray, ...]] = {}
 
     def set_spec(self, spec: SpecConfig) -> None:
         self.spec = spec
         self.method_idx = self.host.method_index(spec.method) if spec.enabled and spec.method else -1
+        self._constant_rows = {}
 
     def arrays(self, ids: np.ndarray) -> SpecArrays | None:
         """The rows' speculation settings (request overrides win over the worker's
@@ -144,17 +188,29 @@ class SpecPlanner:
     def _worker_arrays(self, ids: np.ndarray) -> SpecArrays:
         """`arrays` when no request overrides its worker (most policies, most re-plans):
         every row takes the worker's setting."""
-        st, spec, b = self.host.state, self.spec, len(ids)
-        window = spec.window if spec.mode == "decoupled" else 0
-        topk = max(1, spec.topk)
-        gamma = np.full(b, window if window > 0 else spec.gamma, np.int64)
-        verify = np.full(b, window if window > 0 else spec.tokens_verified, np.int64)
+        st, b = self.host.state, len(ids)
+        gamma, methods, windows, topks, verify = self._constant_rows.get(b) or self._constant(b)
         alpha = st.accept_mat[ids, self.method_idx]
-        topks = np.full(b, topk, np.int64)
-        if topk > 1:
+        if topks[0] > 1:
             alpha = tree_acceptance(alpha, gamma, topks, verify)
-        methods = np.full(b, self.method_idx, np.int64)
-        return alpha, gamma, methods, np.full(b, window, np.int64), topks, verify
+        return _WorkerArrays((alpha, gamma, methods, windows, topks, verify))
+
+    def _constant(self, b: int) -> tuple[np.ndarray, ...]:
+        """(gamma, method, window, topk, verify) rows of `b` requests following the worker's
+        setting; built once per batch size and setting, read-only since plans keep them."""
+        spec = self.spec
+        window = spec.window if spec.mode == "decoupled" else 0
+        rows = (
+            np.full(b, window if window > 0 else spec.gamma, np.int64),
+            np.full(b, self.method_idx, np.int64),
+            np.full(b, window, np.int64),
+            np.full(b, max(1, spec.topk), np.int64),
+            np.full(b, window if window > 0 else spec.tokens_verified, np.int64),
+        )
+        for a in rows:
+            a.flags.writeable = False
+        self._constant_rows[b] = rows
+        return rows
 
     # ------------------------------------------------------------------------ planning
     def plan(
@@ -173,31 +229,31 @@ class SpecPlanner:
         horizon is the expected iterations to the last finish, bounded by SPEC_BLOCK_CELLS."""
         alpha, gamma, _, window, _, _ = arrays
         rows = gamma > 0
+        uniform = isinstance(arrays, _WorkerArrays)  # and with gamma > 0 (else no plan)
         k = self._block_length(remaining, alpha, gamma, cap, first_finish, horizon)
         x, draw = self._outcomes(ids, arrays, k)
         blk = self._layout(ids, remaining, x, first_finish)
         t, draft = self._iteration_seconds(ids, arrays, blk, draw.slots)
         t[0] += prefill
         fin, k = blk.fin, blk.k
-        stops = np.unique(fin[fin < k] + 1)
-        if not len(stops) or stops[-1] != k:
-            stops = np.append(stops, k)
-        dec = window > 0
+        stops = block_stops(blk.fin_sorted, k)
+        dec = (window > 0) if not uniform or window[0] else None
         return Plan(
             ids,
-            np.cumsum(t),
+            t.cumsum(),
             remaining,
             blk.x,
             rows,
             gamma,
             int(blk.ctx[0]),
-            float(gamma[rows].mean()),
+            # one depth: b copies of it sum exactly, so their mean is that depth
+            float(gamma[0]) if uniform else float(gamma[rows].mean()),
             cum=blk.cum,
             stops=stops,
-            decoupled_rows=dec if dec.any() else None,
+            decoupled_rows=dec if dec is not None and dec.any() else None,
             finish=fin,
             probe=draw.probe,
-            draft_cum_s=np.cumsum(draft),
+            draft_cum_s=draft.cumsum(),
         )
 
     def _block_length(
@@ -212,11 +268,12 @@ class SpecPlanner:
         """Iterations to sample: to the expected first finish (with margin), or with nothing
         waiting to the expected last one within the worker's horizon."""
         est = remaining / expected_tokens(alpha, gamma)
-        k_first = max(1, min(int(np.ceil(est.min() * 1.1)) + 4, int(remaining.min()), cap))
+        # math.ceil of the float: np.ceil's value, without a numpy scalar call
+        k_first = max(1, min(math.ceil(float(est.min()) * 1.1) + 4, int(remaining.min()), cap))
         if first_finish:
             return k_first
         k_all = min(
-            int(np.ceil(est.max() * 1.1)) + 4,
+            math.ceil(float(est.max()) * 1.1) + 4,
             int(remaining.max()),
             cap,
             horizon,
@@ -228,11 +285,18 @@ class SpecPlanner:
         """Tokens per row per iteration (plain rows emit 1; decoupled rows sit out the
         iteration after each rejected window) and the acceptance source's draw."""
         alpha, gamma, methods, window, _, _ = arrays
+        topk = max(1, self.spec.topk)
+        if isinstance(arrays, _WorkerArrays) and not window[0]:
+            # every row drafts, coupled: the draw is the block (a fresh array it hands over)
+            draw = self.acceptance.draw(self.rng, ids, methods, alpha, gamma, topk, k)
+            if draw.tokens.dtype == np.int16 and draw.tokens.shape == (len(ids), k):
+                return draw.tokens, draw
+            x = np.ones((len(ids), k), np.int16)
+            x[:] = draw.tokens
+            return x, draw
         rows = gamma > 0
         x = np.ones((len(ids), k), np.int16)
-        draw = self.acceptance.draw(
-            self.rng, ids[rows], methods[rows], alpha[rows], gamma[rows], max(1, self.spec.topk), k
-        )
+        draw = self.acceptance.draw(self.rng, ids[rows], methods[rows], alpha[rows], gamma[rows], topk, k)
         x[rows] = draw.tokens
         dec = window > 0
         if dec.any():
@@ -243,7 +307,7 @@ class SpecPlanner:
         """Where each row finishes and the batch's context per iteration; the block ends at
         the first finish when requests wait, and before the KV cache would overflow."""
         k = x.shape[1]
-        cum = np.cumsum(x, axis=1, dtype=np.int32)
+        cum = x.cumsum(axis=1, dtype=np.int32)
         fin = finish_columns(cum, remaining)
         if first_finish and (fin < k).any():
             k = int(fin.min()) + 1
@@ -255,17 +319,19 @@ class SpecPlanner:
         emitted[1:] -= colsum[:-1]
         before = colsum - emitted
         # rows gone before each iteration free their KV and leave the batch
-        order = np.argsort(fin, kind="stable")
-        gone = np.searchsorted(fin[order], np.arange(k), side="left")
+        order = fin.argsort(kind="stable")
+        fin_sorted = fin[order]
+        gone = fin_sorted.searchsorted(np.arange(k), side="left")
         ctx_r = self.host.state.context(ids).astype(np.float64)
-        gone_ctx = np.concatenate([[0.0], np.cumsum((ctx_r + remaining)[order])])[gone]
-        ctx = ctx_r.sum() + before - gone_ctx
+        ctx = ctx_r.sum() + before
+        if gone[-1]:  # else nobody leaves within the block: nothing to take off (x - 0.0 == x)
+            ctx -= np.concatenate([[0.0], (ctx_r + remaining)[order].cumsum()])[gone]
         over = ctx + emitted > self.kv_capacity
         if over.any():
             k = max(1, int(np.argmax(over)))
             x, cum, ctx, gone = x[:, :k], cum[:, :k], ctx[:k], gone[:k]
-            fin = np.minimum(fin, k)
-        return _Block(x, cum, fin, order, gone, ctx, k)
+            fin, fin_sorted = np.minimum(fin, k), np.minimum(fin_sorted, k)
+        return _Block(x, cum, fin, order, fin_sorted, gone, ctx, k)
 
     def _iteration_seconds(
         self, ids: np.ndarray, arrays: SpecArrays, blk: _Block, exact_slots: np.ndarray | None
@@ -277,8 +343,11 @@ class SpecPlanner:
         _, gamma, methods, window, topk, verify = arrays
         st, b, k, gone, fin = self.host.state, len(ids), blk.k, blk.gone, blk.fin
         rows = gamma > 0
-        fill = st.fill_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(b)
-        slots = np.where(gamma > 0, verify * fill, 0) + 1
+        if isinstance(arrays, _WorkerArrays):  # every row drafts with the worker's method
+            slots = verify * st.fill_mat[ids, self.method_idx] + 1
+        else:
+            fill = st.fill_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(b)
+            slots = np.where(gamma > 0, verify * fill, 0) + 1
         batch: np.ndarray | int
         new_tokens: np.ndarray | int
         if exact_slots is not None:
@@ -294,14 +363,16 @@ class SpecPlanner:
             new_tokens = round(float(slots.sum()))
         else:
             batch = (b - gone).astype(np.float64)
-            gone_slots = np.concatenate([[0.0], np.cumsum(slots[blk.order])])[gone]
-            new_tokens = np.round(slots.sum() - gone_slots)
+            gone_slots = np.concatenate([[0.0], slots[blk.order].cumsum()])[gone]
+            new_tokens = np.rint(slots.sum() - gone_slots)  # np.round to 0 decimals is rint
         verify_s = self.verify_time(
             ids, methods, gamma, batch, new_tokens, blk.ctx, blk.order, gone, exact_slots is not None
         )
         coupled, decoupled = self.draft_times(ids, methods, gamma, window, topk, blk.ctx, fin, batch)
         draft = coupled + np.maximum(decoupled - verify_s, 0.0)
-        return np.maximum(verify_s, decoupled) + coupled, np.broadcast_to(draft, (blk.k,))
+        if draft.shape != (blk.k,):
+            draft = np.broadcast_to(draft, (blk.k,))
+        return np.maximum(verify_s, decoupled) + coupled, draft
 
     # ------------------------------------------------------------------------- pricing
     def verify_time(
@@ -325,8 +396,10 @@ class SpecPlanner:
         st, cost = self.host.state, self.host.cost
         spec = gamma > 0
         kw = {"gamma": int(gamma[spec].max())} if self.host.cost_takes_gamma and spec.any() else {}
+        if exact or not _any_miss(st.hit_mat):  # no request of the step ever drafts nothing
+            return np.asarray(cost.iteration_time(batch, new_tokens, ctx, **kw), dtype=np.float64)
         hit = st.hit_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(len(ids))
-        if exact or not (spec & (hit < 1.0)).any():
+        if not (spec & (hit < 1.0)).any():
             return np.asarray(cost.iteration_time(batch, new_tokens, ctx, **kw), dtype=np.float64)
         log_miss = np.where(spec, np.log(np.maximum(1.0 - hit, 1e-300)), 0.0)
         if gone[-1] == 0:

@@ -99,6 +99,7 @@ class StepReplay:
         self._grids: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._matrix: np.ndarray | None = None
         self._group_index = np.zeros(0, np.int64)
+        self._sibling_cols: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def fetches_on_replan(self) -> bool:
@@ -110,8 +111,9 @@ class StepReplay:
         """Largest change since `probe` was taken of the Table 2 acceptance of the rows it
         covers (their siblings have moved on): a block continues past a fetch tick while
         this stays below the engine's tolerance."""
-        rule, rids, paths, chain, p0 = probe
-        return float(np.abs(self._group_model(rule, rids, chain, paths) - p0).max())
+        diff = self._group_model(probe.rule, probe.rows, probe.chain, probe.paths, probe.siblings)
+        diff -= probe.p
+        return float(np.abs(diff, out=diff).max())
 
     def finish(self, counters: Counter[str] | None = None) -> None:
         """Credit the last planned blocks with the progress the engine applied, and add
@@ -134,6 +136,14 @@ class StepReplay:
         present = [m0] if (methods == m0).all() else [int(m) for m in np.unique(methods)]
         if not any(st.methods[m] in self.rules for m in present):
             return Draw(sample_tokens(rng, alpha, gamma, iterations))
+        if len(present) == 1 and self.tokens.trace is None:
+            # one method, drawn from the grouped-drafter model (no token ids): the loop
+            # below without its row selections and copies (most of Seer's plans)
+            rule = self.rules.get(st.methods[m0])
+            if rule is not None and rule.source not in ("history", "lookup"):
+                self._reconcile(rids)
+                tokens, probe = self._model_draw(rng, rule, m0, rids, gamma, worker_topk, iterations)
+                return Draw(tokens, None, probe)
         out = np.ones((len(rids), iterations), np.int16)
         slots: np.ndarray | None = None
         probe: ModelProbe | None = None
@@ -143,11 +153,7 @@ class StepReplay:
             if rule is None:
                 out[sel] = sample_tokens(rng, alpha[sel], gamma[sel], iterations)
                 continue
-            plans = self.ledger.plans
-            if plans:
-                for rid in rids[sel].tolist():
-                    if rid in plans:
-                        self.ledger.reconcile(rid)
+            self._reconcile(rids[sel])
             r, depth = rids[sel], np.maximum(gamma[sel].astype(np.int64), 1)
             if rule.source == "history":
                 out[sel] = self.history.draft(rule, r, depth, iterations)
@@ -155,19 +161,48 @@ class StepReplay:
                 for j, rid, d in zip(sel, r.tolist(), depth.tolist(), strict=True):
                     out[j] = self.lookup.draft(rule, rid, d, iterations)
             else:
-                # the trace's chain acceptance (the engine boosts `alpha` for trees)
-                chain = st.accept_mat[r, m]
+                if self.tokens.trace is None:
+                    out[sel], probe = self._model_draw(rng, rule, m, r, gamma[sel], worker_topk, iterations)
+                    continue
                 own = st.req_gamma[r] > 0
                 paths = np.where(own, st.req_topk[r], worker_topk).astype(np.int64)
-                if self.tokens.trace is None:
-                    p = self._group_model(rule, r, chain, paths)
-                    out[sel] = sample_tokens(rng, p, depth, iterations)
-                    probe = (rule, r, paths, chain, p)
-                    continue
                 for j, rid, d, k in zip(sel, r.tolist(), depth.tolist(), paths.tolist(), strict=True):
                     out[j] = self._group_exact(rule, rid, d, k, iterations)
             slots = self._note_slots(slots, sel, r, len(rids), iterations)
         return Draw(out, slots, probe)
+
+    def _reconcile(self, rids: np.ndarray) -> None:
+        """Credit the rows' previous exact plans with the progress the engine applied."""
+        plans = self.ledger.plans
+        if plans:
+            for rid in rids.tolist():
+                if rid in plans:
+                    self.ledger.reconcile(rid)
+
+    def _model_draw(
+        self,
+        rng: np.random.Generator,
+        rule: DraftRule,
+        method: int,
+        rids: np.ndarray,
+        gamma: np.ndarray,
+        worker_topk: int,
+        iterations: int,
+    ) -> tuple[np.ndarray, ModelProbe]:
+        """Outcomes of rows drafting `method` from the grouped-drafter model, and the probe
+        to check their drift by (with the rows' sibling columns, which the checks reuse)."""
+        st = self.state
+        # the trace's chain acceptance (the engine boosts `alpha` for trees)
+        chain = st.accept_mat[rids, method]
+        own = st.req_gamma[rids] > 0
+        if own.any():
+            paths = np.where(own, st.req_topk[rids], worker_topk).astype(np.int64)
+        else:
+            paths = np.full(len(rids), worker_topk, np.int64)
+        siblings = self._siblings(rids) if rule.source == "group" else None
+        p = self._group_model(rule, rids, chain, paths, siblings)
+        depth = np.maximum(gamma.astype(np.int64, copy=False), 1)
+        return sample_tokens(rng, p, depth, iterations), ModelProbe(rule, rids, paths, chain, p, siblings)
 
     def _note_slots(
         self, slots: np.ndarray | None, sel: np.ndarray, rids: np.ndarray, rows: int, iterations: int
@@ -267,20 +302,17 @@ class StepReplay:
 
     # ------------------------------------------------------------ group drafter (model)
     def _group_model(
-        self, rule: DraftRule, rids: np.ndarray, alpha: np.ndarray, paths: np.ndarray
+        self,
+        rule: DraftRule,
+        rids: np.ndarray,
+        alpha: np.ndarray,
+        paths: np.ndarray,
+        siblings: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
-        """Per-token acceptance from Seer Table 2 at the request's visible sibling count."""
-        st = self.state
+        """Per-token acceptance from Seer Table 2 at the request's visible sibling count.
+        `siblings`: the rows' `_siblings`, when the caller has them already."""
         if rule.source == "group":
-            origin = st.origin[rids]
-            sib = self._member_matrix()[self._group_index[origin]]  # (rows, G), -1 = none
-            s = np.maximum(sib, 0)
-            gen = st.generated[s]
-            vis = gen - gen % rule.append_tokens  # what the last batched append made visible
-            share = np.minimum(1.0, vis / np.maximum(st.generated[rids], 1)[:, None])
-            share[st.state[s] == FINISHED] = 1.0
-            share[(sib < 0) | (sib == origin[:, None])] = 0.0
-            refs = share.sum(axis=1)
+            refs = self._visible_refs(rids, rule.append_tokens, siblings or self._siblings(rids))
         else:
             refs = np.zeros(len(rids))
         k0 = int(paths[0]) if len(paths) else 1
@@ -294,7 +326,40 @@ class StepReplay:
                 out[sel] = np.interp(refs[sel], grid_refs, grid_p)
         if self._ref_accept is None:
             self._ref_accept = per_token_acceptance(table2_tau(self._group_size - 1, 1), TABLE2_DRAFT)
-        return np.minimum(np.maximum(out * alpha / max(self._ref_accept, 1e-9), 0.0), _MAX_ACCEPT)
+        # min(max(out * alpha / ref, 0), _MAX_ACCEPT), in place
+        out *= alpha
+        out /= max(self._ref_accept, 1e-9)
+        np.maximum(out, 0.0, out=out)
+        return np.minimum(out, _MAX_ACCEPT, out=out)
+
+    def _visible_refs(
+        self, rids: np.ndarray, append_tokens: int, siblings: tuple[np.ndarray, np.ndarray]
+    ) -> np.ndarray:
+        """Sibling references each row's drafter sees: a finished sibling counts 1, a running
+        one the share of the row's own position its last batched append made visible."""
+        st = self.state
+        sib, none = siblings
+        gen = st.generated[sib]
+        vis = gen - gen % append_tokens  # what the last batched append made visible
+        share = vis / np.maximum(st.generated[rids], 1)[:, None]
+        np.minimum(share, 1.0, out=share)
+        np.copyto(share, 1.0, where=st.state[sib] == FINISHED)
+        np.copyto(share, 0.0, where=none)
+        return share.sum(axis=1)
+
+    def _siblings(self, rids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, its group's members (G columns, the layout `_visible_refs` sums over)
+        as request ids (0 where there is none) and where the column is no sibling (padding
+        or the row's own request)."""
+        if self._sibling_cols is None:
+            matrix = self._member_matrix()
+            n = self.state.n_requests
+            cols = matrix[self._group_index]
+            none = (cols < 0) | (cols == np.arange(n)[:, None])
+            self._sibling_cols = (np.maximum(cols, 0), none)
+        sib, none = self._sibling_cols
+        origin = self.state.origin[rids]
+        return sib[origin], none[origin]
 
     def _table2_grid(self, paths: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-token acceptance on a grid of reference counts (piecewise linear in between:
