@@ -99,12 +99,41 @@ def _any_miss(hit_mat: np.ndarray) -> bool:
     return bool(_MISS_CACHE[1])
 
 
+# Per-request acceptance and expected tokens per iteration of one step's requests at each
+# worker-wide setting, for the acceptance matrix they were computed from (held, so its id
+# is not reused). Workers share it; a Fastest-of-N replica replaces the matrix.
+_SETTING_ROWS: dict[str, object] = {"matrix": None, "rows": {}}
+
+
+def setting_rows(
+    accept_mat: np.ndarray, method: int, gamma: int, topk: int, verify: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(per-token acceptance, expected tokens per verify iteration) of every request drafting
+    `method` at depth `gamma` on `topk` paths verifying `verify` tokens: what `arrays` and
+    `_block_length` compute for a plan's rows, computed once per setting (elementwise, so
+    a row's value is the same whichever rows it is computed with)."""
+    if _SETTING_ROWS["matrix"] is not accept_mat:
+        _SETTING_ROWS["matrix"], _SETTING_ROWS["rows"] = accept_mat, {}
+    cache: dict = _SETTING_ROWS["rows"]  # type: ignore[assignment]
+    key = (method, gamma, topk, verify)
+    hit = cache.get(key)
+    if hit is None:
+        n = len(accept_mat)
+        alpha = np.ascontiguousarray(accept_mat[:, method])
+        depth = np.full(n, gamma, np.int64)
+        if topk > 1:
+            alpha = tree_acceptance(alpha, depth, np.full(n, topk, np.int64), np.full(n, verify, np.int64))
+        hit = cache[key] = (alpha, expected_tokens(alpha, depth))
+    return hit
+
+
 class _WorkerArrays(tuple):
     """SpecArrays in which every row follows its worker's setting (no request overrides
     it): one method, one depth, coupled or decoupled alike, so the planner can skip the
-    per-row selections that mixed settings need."""
+    per-row selections that mixed settings need. `expected`: the rows' expected tokens
+    per verify iteration."""
 
-    __slots__ = ()
+    expected: np.ndarray
 
 
 def block_stops(fin_sorted: np.ndarray, k: int) -> np.ndarray:
@@ -190,10 +219,12 @@ class SpecPlanner:
         every row takes the worker's setting."""
         st, b = self.host.state, len(ids)
         gamma, methods, windows, topks, verify = self._constant_rows.get(b) or self._constant(b)
-        alpha = st.accept_mat[ids, self.method_idx]
-        if topks[0] > 1:
-            alpha = tree_acceptance(alpha, gamma, topks, verify)
-        return _WorkerArrays((alpha, gamma, methods, windows, topks, verify))
+        alpha, expected = setting_rows(
+            st.accept_mat, self.method_idx, int(gamma[0]), int(topks[0]), int(verify[0])
+        )
+        out = _WorkerArrays((alpha.take(ids), gamma, methods, windows, topks, verify))
+        out.expected = expected.take(ids)
+        return out
 
     def _constant(self, b: int) -> tuple[np.ndarray, ...]:
         """(gamma, method, window, topk, verify) rows of `b` requests following the worker's
@@ -230,7 +261,8 @@ class SpecPlanner:
         alpha, gamma, _, window, _, _ = arrays
         rows = gamma > 0
         uniform = isinstance(arrays, _WorkerArrays)  # and with gamma > 0 (else no plan)
-        k = self._block_length(remaining, alpha, gamma, cap, first_finish, horizon)
+        expected = arrays.expected if uniform else expected_tokens(alpha, gamma)  # type: ignore[attr-defined]
+        k = self._block_length(remaining, expected, cap, first_finish, horizon)
         x, draw = self._outcomes(ids, arrays, k)
         blk = self._layout(ids, remaining, x, first_finish)
         t, draft = self._iteration_seconds(ids, arrays, blk, draw.slots)
@@ -257,17 +289,12 @@ class SpecPlanner:
         )
 
     def _block_length(
-        self,
-        remaining: np.ndarray,
-        alpha: np.ndarray,
-        gamma: np.ndarray,
-        cap: int,
-        first_finish: bool,
-        horizon: int,
+        self, remaining: np.ndarray, expected: np.ndarray, cap: int, first_finish: bool, horizon: int
     ) -> int:
         """Iterations to sample: to the expected first finish (with margin), or with nothing
-        waiting to the expected last one within the worker's horizon."""
-        est = remaining / expected_tokens(alpha, gamma)
+        waiting to the expected last one within the worker's horizon (`expected`: tokens
+        per iteration of each row)."""
+        est = remaining / expected
         # math.ceil of the float: np.ceil's value, without a numpy scalar call
         k_first = max(1, min(math.ceil(float(est.min()) * 1.1) + 4, int(remaining.min()), cap))
         if first_finish:
