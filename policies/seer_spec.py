@@ -140,7 +140,8 @@ class GroupedSpeculation(Policy):
         spec = self._memo.get(key)
         if spec is None:
             spec = self._memo[key] = best_spec(view, batch, key[1], self._accept)
-        if self._current.get(worker, SPEC_OFF) == spec:
+        current = self._current.get(worker, SPEC_OFF)
+        if current is spec or current == spec:  # memoised choices repeat as the same object
             return []
         self._current[worker] = spec
         return [SetSpec(spec=spec, worker=worker)]
