@@ -226,6 +226,38 @@ def _model_pass(
     )
 
 
+def _fmax(a: float, b: float) -> float:
+    """np.maximum of two floats: the first unless the second is larger, NaN wins."""
+    return a if a >= b or a != a else b
+
+
+def _scalar_pass_time(
+    m: RooflineCostModel, p: _Pass, b: float, n: float, kv_read: float, attn: float, weight_scale: float
+) -> float:
+    """`RooflineCostModel._time` of a dense pass (no routed experts) for Python floats: the
+    same IEEE operations in the same order as its numpy form (x + 0.0 for its zeros_like
+    broadcast), without numpy's per-call cost on 0-d arrays."""
+    prm, gpu, tp = m.params, m.gpu, m.tp
+    weights = p.dense_bytes * weight_scale + 0.0
+    kv = (kv_read * prm.kv_read_eff + n) * p.kv_bytes
+    t_mem = (weights + kv) / (gpu.hbm_bw * prm.hbm_bw_eff)
+    if m._fp8 and p is m._pass:
+        t_compute = (2.0 * n * p.matmul_params / tp) / (m._matmul_flops * prm.compute_eff) + (
+            n * p.attn_coeff * attn / tp
+        ) / (gpu.bf16_flops * prm.compute_eff)
+    else:
+        flops = n * (2.0 * p.matmul_params + p.attn_coeff * attn) / tp
+        t_compute = flops / (gpu.bf16_flops * prm.compute_eff)
+    ring = 2.0 * (tp - 1) / tp * n * p.hidden * 2.0
+    latency = gpu.allreduce_latency_s if prm.allreduce_latency_s is None else prm.allreduce_latency_s
+    per_ar = latency + ring / (gpu.nvlink_bw / 2 * prm.nvlink_eff)
+    t_comm = p.allreduces * per_ar
+    t_over = p.overhead_s + prm.per_seq_overhead_s * b + prm.per_token_overhead_s * n
+    if p is m._pass:
+        t_over = t_over + (prm.verify_per_seq_overhead_s * b if n > b else 0.0)
+    return _fmax(t_mem, t_compute) + t_comm + t_over
+
+
 def _eagle_pass(model: ModelSpec, tp: int, p: RooflineParams) -> _Pass:
     """TLT/EAGLE drafter: feature-fusion fc (2h->h), one decoder layer, the target's lm head."""
     layer = model.attn_params_per_layer() + 3 * model.hidden * model.ffn
@@ -277,6 +309,7 @@ class RooflineCostModel:
             )
         self.kv_capacity_tokens = self._kv_capacity(free)
         self._draft_models: dict[str, RooflineCostModel] = {}
+        self._drafter_passes: dict[str, tuple[RooflineParams, _Pass, _Pass, float]] = {}
         self._affine_cache: dict[tuple[float, float], tuple[float, float, float, float, float]] = {}
 
     def _weight_bytes_per_gpu(self, bytes_per_param: float) -> float:
@@ -391,16 +424,19 @@ class RooflineCostModel:
         b = np.asarray(num_seqs, dtype=np.float64)
         ctx = np.asarray(context_tokens, dtype=np.float64)
         g = np.asarray(gamma, dtype=np.float64)
+        if drafter in ("suffix", "history"):  # no context term (Seer's drafter, every plan)
+            return b * (prm.tree_s_per_seq + prm.tree_s_per_token * g) * (g > 0)
         per_seq_ctx = ctx / np.maximum(b, 1.0)
         if drafter == "ngram":
             return b * (prm.ngram_s_per_seq + prm.ngram_s_per_context_token * per_seq_ctx) * (g > 0)
-        if drafter in ("suffix", "history"):
-            return b * (prm.tree_s_per_seq + prm.tree_s_per_token * g) * (g > 0)
-        if drafter == "w4-self":
-            w4 = dataclasses.replace(self._pass, overhead_s=prm.draft_step_overhead_s)
-            step = self._time(w4, b, b, ctx, per_seq_ctx, prm.w4_weight_ratio * prm.eta_d)
-        elif drafter == "eagle":
-            step = self._time(_eagle_pass(self.model, self.tp, prm), b, b, ctx, per_seq_ctx)
+        if drafter in ("w4-self", "eagle"):
+            p, scale = self._drafter_pass(drafter)
+            if self._scalar_terms and not p.moe_layers and b.ndim == 0 and ctx.ndim == 0 and g.ndim == 0:
+                # a policy's one scalar question: plain floats, the same IEEE operations
+                bf, cf = float(b), float(ctx)
+                t = _scalar_pass_time(self, p, bf, bf, cf, cf / _fmax(bf, 1.0), scale)
+                return np.float64(float(g) * t)  # type: ignore[return-value]
+            step = self._time(p, b, b, ctx, per_seq_ctx, scale)
         elif drafter.startswith("model:"):
             step = self._draft_model(drafter[len("model:") :]).iteration_time(b, b, ctx)
         else:
@@ -409,6 +445,28 @@ class RooflineCostModel:
                 "w4-self, eagle, model:<catalogue name>"
             )
         return g * step
+
+    def _drafter_pass(self, drafter: str) -> tuple[_Pass, float]:
+        """The pass and weight scale of a model-based drafter ("w4-self", "eagle"), built
+        once per parameter set (a policy prices one at every tick)."""
+        prm = self.params
+        hit = self._drafter_passes.get(drafter)
+        if hit is None or hit[0] is not prm or hit[1] is not self._pass:
+            if drafter == "w4-self":
+                p, scale = (
+                    dataclasses.replace(self._pass, overhead_s=prm.draft_step_overhead_s),
+                    (prm.w4_weight_ratio * prm.eta_d),
+                )
+            else:
+                p, scale = _eagle_pass(self.model, self.tp, prm), 1.0
+            hit = self._drafter_passes[drafter] = (prm, self._pass, p, scale)
+        return hit[2], hit[3]
+
+    @property
+    def _scalar_terms(self) -> bool:
+        """Whether `_scalar_pass_time` prices like this model's `_time` (not overridden)."""
+        cls = type(self)
+        return cls._terms is RooflineCostModel._terms and cls._time is RooflineCostModel._time
 
     def _draft_model(self, name: str) -> RooflineCostModel:
         if name not in self._draft_models:

@@ -4,6 +4,8 @@ forms they replace, bit for bit: results must not move when the simulator gets f
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 from hypothesis import given, settings
@@ -11,6 +13,9 @@ from hypothesis import strategies as st
 
 from simctl.policies.suffix_tree import DraftRule
 from simctl.sim.acceptance import _MAX_ACCEPT, expected_tokens, sample_tokens, tree_acceptance
+from simctl.sim.cluster import parse_cluster
+from simctl.sim.cost_model import CostModelError, RooflineCostModel, _eagle_pass, load_cost_model
+from simctl.sim.models import get_model
 from simctl.sim.spec_planner import _any_miss, block_stops, setting_rows
 from simctl.sim.state import FINISHED, RUNNING, StepState
 from simctl.sim.token_replay import StepReplay
@@ -178,3 +183,42 @@ def test_group_model_equals_its_reference(seed: int, source: str, append: int) -
     assert np.array_equal(
         replay._group_model(rule, rids, chain, one), group_model_reference(replay, rule, rids, chain, one)
     )
+
+
+def draft_time_reference(m: RooflineCostModel, drafter: str, b: float, ctx: float, gamma: int) -> float:
+    """RooflineCostModel.draft_time of a model drafter as it was before its scalar path."""
+    prm = m.params
+    bb = np.asarray(b, dtype=np.float64)
+    cc = np.asarray(ctx, dtype=np.float64)
+    g = np.asarray(gamma, dtype=np.float64)
+    per_seq_ctx = cc / np.maximum(bb, 1.0)
+    if drafter == "w4-self":
+        w4 = dataclasses.replace(m._pass, overhead_s=prm.draft_step_overhead_s)
+        step = m._time(w4, bb, bb, cc, per_seq_ctx, prm.w4_weight_ratio * prm.eta_d)
+    else:
+        step = m._time(_eagle_pass(m.model, m.tp, prm), bb, bb, cc, per_seq_ctx)
+    return float(g * step)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from(["Qwen2.5-7B", "Qwen2.5-32B", "Llama-3.1-8B", "Moonlight-16B-A3B"]),
+    st.sampled_from(["h100x8", "h100x8:tp2", "h100x8:tp4:fp8", "h800x8:tp1"]),
+    st.sampled_from(["w4-self", "eagle"]),
+    st.one_of(st.integers(0, 512), st.floats(0.0, 512.0)),
+    st.floats(0.0, 1e7),
+    st.integers(0, 16),
+)
+def test_scalar_model_draft_time_equals_its_numpy_form(
+    model: str, cluster: str, drafter: str, b: float, ctx: float, gamma: int
+) -> None:
+    try:
+        m = load_cost_model(get_model(model), parse_cluster(cluster))
+    except CostModelError:  # the model does not fit that layout
+        return
+    if not isinstance(m, RooflineCostModel):
+        return
+    got = m.draft_time(drafter, b, ctx, gamma)
+    assert float(got) == draft_time_reference(m, drafter, b, ctx, gamma)
+    again = m.draft_time(drafter, b, ctx, gamma)  # the cached drafter pass
+    assert float(again) == float(got)
