@@ -289,10 +289,10 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
         rids = self.placed(worker, view)
         if not rids:
             return self._set_worker(view, worker, self._worker_arm(view, key, plain), rids)
-        self._observe(rids, view, worker)
+        owns = self._observe(rids, view, worker)
         pooled = {m: self.pooled(m) for m in self._allowed() if self.fixed is None or m == self.fixed}
         # (`_allowed` leaves out what the executor cannot draft with, `fixed` included)
-        trial = Assignment(view, b, ctx, self._options(view, key, rids, pooled), (1 + 1e-9) / plain)
+        trial = Assignment(view, b, ctx, self._options(view, key, rids, pooled, owns), (1 + 1e-9) / plain)
         # Greedy: while model drafters are in use, drop the one whose removal most raises the
         # worker's rate, if it does. (The rate of the first choice is needed only to compare
         # a drop with; a choice moved to beat the previous one, so it needs no recheck.)
@@ -309,11 +309,18 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
         return self._apply(worker, [o.arm if o is not None else None for o in choice], rids)
 
     def _options(
-        self, view: ClusterView, key: Key, rids: Sequence[RequestId], pooled: dict[str, float]
+        self,
+        view: ClusterView,
+        key: Key,
+        rids: Sequence[RequestId],
+        pooled: dict[str, float],
+        owns: Sequence[dict[str, list[float]] | None] | None = None,
     ) -> list[list[Option]]:
         """Per request, its best arm per method of `pooled` (in that order, as `best_arm`
         scans them) at its own acceptance (`_blend`, inlined: this runs for every request of
-        every configured worker). History only for prompts with an earlier epoch.
+        every configured worker). History only for prompts with an earlier epoch. `owns`:
+        each request's evidence (its `own` entry, as `_observe` returns them; None: read
+        from `own`).
 
         A request has evidence of its own for the one or two methods it ran; for the others
         its acceptance is the pooled one, the same for every request: those options are
@@ -321,46 +328,49 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
         methods' options put in."""
         n0 = self.request_prior_iterations
         methods = list(pooled)
-        column = {m: j for j, m in enumerate(methods)}
         tables = [self._best.setdefault((key, m), {}) for m in methods]
         # (as `_blend` at no evidence: n0 * pm / n0 need not be pm exactly)
         shared = [
             self._option(view, key, m, (0.0 + n0 * pooled[m]) / (0.0 + n0), tables[j])
             for j, m in enumerate(methods)
         ]
-        history = column.get(DraftMethod.HISTORY)
+        # method -> (its column, its best-arm table, n0 * its pooled acceptance), for the
+        # methods with an arm (an option is None only where its method has no arm)
+        column = {m: (j, tables[j], n0 * pooled[m]) for j, m in enumerate(methods) if shared[j] is not None}
+        history = methods.index(DraftMethod.HISTORY) if DraftMethod.HISTORY in pooled else None
         without_history = list(shared)
         if history is not None:
             without_history[history] = None
-        complete = None not in shared  # (an option is None only where its method has no arm)
-        no_evidence: dict[str, list[float]] = {}
+        complete = None not in shared
+        if owns is None:
+            owns = [self.own.get(rid) for rid in rids]
+        has_history, prompt = self._history, self._prompt
         out: list[list[Option]] = []
-        for rid in rids:
+        for rid, own in zip(rids, owns, strict=True):
             base = shared
-            if history is not None and not self._history.get(self._prompt.get(rid, -1), False):
+            if history is not None and not has_history.get(prompt.get(rid, -1), False):
                 base = without_history
-            own = self.own.get(rid, no_evidence)
             if not own:
-                out.append(self._present(base, complete and base is shared))
+                out.append(_present(base, complete and base is shared))
                 continue
             opts = list(base)
-            for m, (it, ps) in own.items():
-                j = column.get(m)
-                if j is None or base[j] is None:  # not allowed here, or no arm at all
+            for m, ev in own.items():
+                got = column.get(m)
+                if got is None:  # not allowed here, or no arm at all
                     continue
-                p = (ps + n0 * pooled[m]) / (it + n0)
+                j, table, prior = got
+                if base[j] is None:  # history, for a prompt without an earlier epoch
+                    continue
+                p = (ev[1] + prior) / (ev[0] + n0)
                 level = round(p * 200)
-                got = tables[j].get(level)
-                if got is None:
-                    got = tables[j][level] = self._best_of_method(view, key, m, level)
-                opts[j] = Option(m, cast(Arm, got[0]), got[1], p)  # (an arm: the shared option has one)
-            out.append(self._present(opts, complete and base is shared))
+                best = table.get(level)
+                if best is None:
+                    best = table[level] = self._best_of_method(view, key, m, level)
+                arm = best[0]
+                assert arm is not None  # (an arm: the shared option has one)
+                opts[j] = Option(m, arm, best[1], p)
+            out.append(_present(opts, complete and base is shared))
         return out
-
-    @staticmethod
-    def _present(opts: list[Option | None], complete: bool) -> list[Option]:
-        """The options that exist (`complete`: all of them, the list itself)."""
-        return cast(list[Option], opts) if complete else [o for o in opts if o is not None]
 
     def _option(
         self,
@@ -460,3 +470,8 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
 
 def _spec_key(spec: SpecConfig) -> tuple[str, int, int]:
     return (spec.method or "", spec.gamma, spec.topk)
+
+
+def _present(opts: list[Option | None], complete: bool) -> list[Option]:
+    """The options that exist (`complete`: all of them, the list itself)."""
+    return cast(list[Option], opts) if complete else [o for o in opts if o is not None]

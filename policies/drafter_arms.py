@@ -141,9 +141,12 @@ class ArmTables:
         if tokens is None:
             p = level / 200
             tokens = self._level_tokens[(method, level)] = [arm.tokens(p) for arm in arms]
-        got: tuple[Arm | None, float] = (None, -1.0)
+        # an arm replaces the best so far if its rate is above `bar` = best rate * (1 + 1e-9)
+        best: Arm | None = None
+        best_rate = -1.0
+        bar = best_rate * (1 + 1e-9)
         for arm, tok in zip(arms, tokens, strict=True):
             rate = tok / arm.time_s
-            if rate > got[1] * (1 + 1e-9):
-                got = (arm, rate)
-        return got
+            if rate > bar:
+                best, best_rate, bar = arm, rate, rate * (1 + 1e-9)
+        return best, best_rate

@@ -9,8 +9,6 @@ one draft pass per method used.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from simctl.policies.contract import ClusterView
 from simctl.policies.drafter_arms import Arm
 
@@ -102,6 +100,8 @@ class Assignment:
         # tokens summed request by request (float addition, in the original order); the rest
         # per distinct arm: integer token counts, and the drafters in order of first use
         tokens = float(batch - len(choice))
+        uses: dict[int, int] = {}  # id(arm) -> requests
+        arms: dict[int, Arm] = {}  # id(arm) -> arm, in order of first use
         for o in choice:
             if o is None:
                 tokens += 1.0
@@ -110,9 +110,14 @@ class Assignment:
             if tok is None:
                 tok = o.tokens = o.arm.tokens(o.p)
             tokens += tok
-        chosen = [o.arm for o in choice if o is not None]
-        uses = Counter(map(id, chosen))  # id(arm) -> requests
-        arms = {id(arm): arm for arm in chosen}  # in order of first use
+            arm = o.arm
+            i = id(arm)
+            n = uses.get(i)
+            if n is None:
+                uses[i] = 1
+                arms[i] = arm
+            else:
+                uses[i] = n + 1
         verify = float(batch)
         drafters: dict[str, tuple[int, int, int]] = {}  # method -> (requests, depth, paths)
         for i, arm in arms.items():

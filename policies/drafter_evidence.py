@@ -14,11 +14,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from simctl.policies.acceptance_tables import p_from_tau
 from simctl.policies.bulk_reads import draft_counters
 from simctl.policies.contract import SPEC_OFF, ClusterView, RequestId, SpecConfig, WorkerId
 from simctl.policies.drafter_arms import MULTI_PATH, P_MAX
+
+# evidence converted for `record`: (iterations, request and pool fading factors, p)
+Conversion = tuple[float, float, float, float]
+# a drafting setting as `_observe` reads it: method, its conversions memo keyed by
+# drafted * _PAIR + accepted, depth, multi-path gain (None: a chain)
+Reading = tuple[str, dict[int, Conversion], int, float | None]
+_PAIR = 1 << 32  # (an integer key is hashed and compared without a tuple's indirections)
+PLAIN_READING = "plain"  # `_reading` of a request told to decode plainly
 
 
 class DrafterEvidence:
@@ -37,13 +46,18 @@ class DrafterEvidence:
     def _reset_evidence(self) -> None:
         """Forget the requests (every step); the pooled evidence (`pool`) stays."""
         self.own: dict[RequestId, dict[str, list[float]]] = {}  # request -> method -> evidence
-        # request -> (drafted, accepted) at the last read
-        self._seen: dict[RequestId, tuple[int, int]] = {}
+        # request -> [drafted, accepted at the last read, its `own` entry or None]: one
+        # lookup of a large mapping per read request, and no tuple built per read
+        self._seen: dict[RequestId, list[Any]] = {}
         self._prompt: dict[RequestId, int] = {}
         # record's memos: (drafted, depth) -> (iterations, request and pool fading factors);
         # (drafted, accepted, depth) -> p_from_tau (kept per step: they only grow)
         self._fade: dict[tuple[int, int], tuple[float, float, float]] = {}
         self._chain_p: dict[tuple[int, int, int], float] = {}
+        # `_reading`'s memos: id(setting) -> (setting, reading); (method, depth, gain) ->
+        # conversions (the gains are set at the step start, after this reset)
+        self._readings: dict[int, tuple[SpecConfig, Reading | str | None]] = {}
+        self._conversions: dict[tuple[str, int, float | None], dict[int, Conversion]] = {}
 
     def pooled(self, method: str) -> float:
         """Pooled chain acceptance of a method: the prior plus every observation."""
@@ -88,6 +102,9 @@ class DrafterEvidence:
         own = self.own.get(rid)
         if own is None:
             own = self.own[rid] = {}
+            rec = self._seen.get(rid)
+            if rec is not None:  # (`_observe` holds a request's entry once read)
+                rec[2] = own
         for ev in own.values():
             ev[0] *= keep
             ev[1] *= keep
@@ -106,56 +123,60 @@ class DrafterEvidence:
         """Credit what the request drafted since the last read to the arm it ran with."""
         self._observe((rid,), view, worker)
 
-    def _observe(self, rids: Sequence[RequestId], view: ClusterView, worker: WorkerId | None) -> None:
+    def _observe(
+        self, rids: Sequence[RequestId], view: ClusterView, worker: WorkerId | None
+    ) -> list[dict[str, list[float]] | None]:
         """`_observe_request` for each of `rids` (on `worker`), as one loop: configuring a
-        worker reads every request on it. `record`'s conversion is memoised on the integers
-        it is computed from: reads repeat the same few (drafted, depth) pairs (a tick is a
-        fixed number of iterations) and often the same accepted count. The counters are read
-        for all of `rids` at once (`draft_counters`)."""
-        seen, ratios, fade, chain_p = self._seen, self._ratio, self._fade, self._chain_p
+        worker reads every request on it. Returns each request's evidence afterwards (its
+        `own` entry, None: none), which configuring reads next.
+
+        The counters are read for all of `rids` at once (`draft_counters`). How a setting
+        is read (`_reading`) is memoised per setting object, and `record`'s conversion per
+        reading on the integers it is computed from (`_convert`): reads repeat the same few
+        settings and (drafted, accepted) pairs (a tick is a fixed number of iterations).
+        This runs for every request of a configured worker at every tick, with the
+        simulator's state between two calls: it touches as few objects as it can."""
+        seen, readings = self._seen, self._readings
         own_of, pool_of = self.own, self.pool
-        fallback = self.default.get(worker, SPEC_OFF) if worker is not None else SPEC_OFF
+        fallback = self._reading(self.default.get(worker, SPEC_OFF) if worker is not None else SPEC_OFF)[1]
+        if not isinstance(fallback, tuple):  # (a worker's setting only drafts or does not)
+            fallback = None
         prompt = self._prompt
+        owns: list[dict[str, list[float]] | None] = []
         drafted_now, accepted_now, specs = draft_counters(view, rids)
         for rid, d_now, a_now, spec in zip(rids, drafted_now, accepted_now, specs, strict=True):
-            last = seen.get(rid)
-            seen[rid] = (d_now, a_now)
-            if last is None:  # first read this step (a request's prompt never changes)
+            rec = seen.get(rid)
+            if rec is None:  # first read this step (a request's prompt never changes)
                 if rid not in prompt:  # (`_start` fills it for the step's requests)
                     prompt[rid] = view.request(rid).prompt_id
+                own = own_of.get(rid)
+                rec = seen[rid] = [d_now, a_now, own]
                 drafted, accepted = d_now, a_now
             else:
-                drafted = d_now - last[0]
-                accepted = a_now - last[1]
+                drafted = d_now - rec[0]
+                accepted = a_now - rec[1]
+                rec[0], rec[1] = d_now, a_now
+                own = rec[2]
+            owns.append(own)
             if drafted <= 0:  # nothing drafted since the last read: `record` ignores it
                 continue
-            if spec.plain:
-                continue
-            if not spec.enabled:  # the request runs with its worker's setting, if any
-                spec = fallback
-                if not spec.enabled:
+            read = readings.get(id(spec))
+            reading = (read if read is not None else self._reading(spec))[1]
+            if reading is None:  # the request runs with its worker's setting, if any
+                reading = fallback
+                if reading is None:
                     continue
-            method, depth = spec.method, spec.gamma
-            assert method is not None  # (enabled, so depth > 0 too)
-            converted = fade.get((drafted, depth))
+            elif reading is PLAIN_READING:
+                continue
+            method, conversions, _, _ = reading
+            converted = conversions.get(drafted * _PAIR + accepted) if 0 <= accepted < _PAIR else None
             if converted is None:
-                iterations = drafted / depth
-                converted = fade[(drafted, depth)] = (
-                    iterations,
-                    math.exp(-iterations / self.request_horizon),
-                    math.exp(-iterations / self.pool_horizon),
-                )
-            iterations, keep, keep_pool = converted
-            q = chain_p.get((drafted, accepted, depth))
-            if q is None:
-                q = chain_p[(drafted, accepted, depth)] = p_from_tau(1.0 + accepted / iterations, depth)
-            if method == MULTI_PATH:
-                q /= ratios.get(spec.topk, 1.0)
-            q = q if q < P_MAX else P_MAX
-            # `_credit`, inlined (every request of a configured worker, at every tick)
-            own = own_of.get(rid)
+                converted = self._convert(reading, drafted, accepted)
+            iterations, keep, keep_pool, q = converted
+            # `_credit`, inlined
             if own is None:
-                own = own_of[rid] = {}
+                own = rec[2] = own_of[rid] = {}
+                owns[-1] = own
             for ev in own.values():
                 ev[0] *= keep
                 ev[1] *= keep
@@ -169,3 +190,53 @@ class DrafterEvidence:
                 pool = pool_of[method] = [0.0, 0.0]
             pool[0] = pool[0] * keep_pool + iterations
             pool[1] = pool[1] * keep_pool + q * iterations
+        return owns
+
+    def _reading(self, spec: SpecConfig) -> tuple[SpecConfig, Reading | str | None]:
+        """How `_observe` reads a request under `spec` (memoised per object, which the memo
+        keeps alive so that its id is not reused): `PLAIN_READING` (plain decoding: nothing
+        to credit), None (it follows its worker's setting) or, for a setting that drafts,
+        its method and the conversions of its evidence (`_convert`), shared by every
+        setting of the same method, depth and multi-path gain."""
+        got = self._readings.get(id(spec))
+        if got is not None:
+            return got
+        reading: Reading | str | None = None
+        if spec.plain:
+            reading = PLAIN_READING
+        elif spec.enabled:
+            method = spec.method
+            assert method is not None  # (enabled, so depth > 0 too)
+            ratio = self._ratio.get(spec.topk, 1.0) if method == MULTI_PATH else None
+            memo_key = (method, spec.gamma, ratio)
+            conversions = self._conversions.get(memo_key)
+            if conversions is None:
+                conversions = self._conversions[memo_key] = {}
+            reading = (method, conversions, spec.gamma, ratio)
+        got = self._readings[id(spec)] = (spec, reading)
+        return got
+
+    def _convert(self, reading: Reading, drafted: int, accepted: int) -> Conversion:
+        """`record`'s conversion of `drafted` draft tokens of which `accepted` were accepted
+        under `reading`: (iterations, request and pool fading factors, p), memoised in the
+        reading (and its parts across readings of the same depth)."""
+        _, conversions, depth, ratio = reading
+        fade = self._fade.get((drafted, depth))
+        if fade is None:
+            iterations = drafted / depth
+            fade = self._fade[(drafted, depth)] = (
+                iterations,
+                math.exp(-iterations / self.request_horizon),
+                math.exp(-iterations / self.pool_horizon),
+            )
+        iterations, keep, keep_pool = fade
+        q = self._chain_p.get((drafted, accepted, depth))
+        if q is None:
+            q = self._chain_p[(drafted, accepted, depth)] = p_from_tau(1.0 + accepted / iterations, depth)
+        if ratio is not None:  # the multi-path suffix tree: the chain's p from the tree's
+            q /= ratio
+        q = q if q < P_MAX else P_MAX
+        got = (iterations, keep, keep_pool, q)
+        if 0 <= accepted < _PAIR:  # (the memo's key holds both counts in one integer)
+            conversions[drafted * _PAIR + accepted] = got
+        return got
