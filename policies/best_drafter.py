@@ -66,7 +66,6 @@ depth follows the batch instead), tree drafting for model drafters.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import cast
 
@@ -437,8 +436,16 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
         """The most common choice (`choice[i]` is request `rids[i]`'s) becomes the worker's
         setting, the others per-request overrides. Choices are tallied per arm object and
         only the few distinct arms compared by spec: specs hash and compare field by field."""
-        tally = Counter(map(id, choice))
-        arms = {id(arm): arm for arm in choice}  # id -> arm, the distinct choices
+        tally: dict[int, int] = {}  # id(arm) -> requests
+        arms: dict[int, Arm | None] = {}  # id -> arm, the distinct choices in order of first use
+        for arm in choice:
+            i = id(arm)
+            n = tally.get(i)
+            if n is None:
+                tally[i] = 1
+                arms[i] = arm
+            else:
+                tally[i] = n + 1
         counts: dict[SpecConfig, int] = {}
         for i, arm in arms.items():
             spec = arm.spec if arm is not None else SPEC_OFF
@@ -454,16 +461,17 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
         want_of = {
             i: (a.spec if a.spec != default else None) if a is not None else plain for i, a in arms.items()
         }
+        override = self.override
         for rid, arm in zip(rids, choice, strict=True):
             want = want_of[id(arm)]
-            have = self.override.get(rid)
-            if want is have or want == have:
+            have = override.get(rid)
+            if want is have or want == have:  # (arms' specs are interned: mostly the first)
                 continue
             if want is None:
-                del self.override[rid]
+                del override[rid]
                 out.append(SetSpec(spec=SPEC_OFF, request=rid))
             else:
-                self.override[rid] = want
+                override[rid] = want
                 out.append(SetSpec(spec=want, request=rid))
         return out
 

@@ -93,7 +93,7 @@ class ArmTables:
                     if k * d not in verify:
                         verify[k * d] = view.cost(b, b * (k * d + 1), ctx)
                     t = verify[k * d] + view.draft_cost(method, b * k, ctx * k, d)
-                    spec = SpecConfig(method=method, gamma=d, topk=k, verify_tokens=k * d if k > 1 else 0)
+                    spec = _spec(method, d, k)
                     out.append(Arm(spec, t, self._ratio.get(k, 1.0) if method == MULTI_PATH else 1.0))
         by_method[method] = out
         return out
@@ -125,7 +125,9 @@ class ArmTables:
 
     def _method_best(self, view: ClusterView, key: Key, method: str, level: int) -> tuple[Arm | None, float]:
         """The method's best (arm, rate) at acceptance level / 200 (memoised)."""
-        table = self._best.setdefault((key, method), {})
+        table = self._best.get((key, method))
+        if table is None:
+            table = self._best[(key, method)] = {}
         got = table.get(level)
         if got is None:
             got = table[level] = self._best_of_method(view, key, method, level)
@@ -150,3 +152,20 @@ class ArmTables:
             if rate > bar:
                 best, best_rate, bar = arm, rate, rate * (1 + 1e-9)
         return best, best_rate
+
+
+_SPECS: dict[tuple[str, int, int], SpecConfig] = {}  # (method, depth, paths) -> its arms' spec
+
+
+def _spec(method: str, depth: int, paths: int) -> SpecConfig:
+    """The setting of an arm, one object per (method, depth, paths) at every worker state
+    and step (interned): a request's override is compared with its new one at every
+    configuration, and equal settings are then mostly the same object (`is`, where `==`
+    compares a dataclass field by field)."""
+    got = _SPECS.get((method, depth, paths))
+    if got is None:
+        verify = paths * depth if paths > 1 else 0
+        got = _SPECS[(method, depth, paths)] = SpecConfig(
+            method=method, gamma=depth, topk=paths, verify_tokens=verify
+        )
+    return got
