@@ -83,6 +83,7 @@ from simctl.policies.contract import (
     Policy,
     RequestFinished,
     RequestId,
+    RequestView,
     SetSpec,
     SpecConfig,
     StepStarted,
@@ -253,8 +254,10 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
         if DraftMethod.SUFFIX not in self._prior_given:  # Seer Table 2 at the group's references
             self.prior[DraftMethod.SUFFIX] = per_token_acceptance(chain, TABLE2_DRAFT)
         with_history = 0
+        views: dict[RequestId, RequestView] = {}  # each read once: nothing changes during the event
         for rid in requests:
-            pid = self._prompt[rid] = view.request(rid).prompt_id
+            rv = views[rid] = view.request(rid)
+            pid = self._prompt[rid] = rv.prompt_id
             if pid not in self._history:
                 self._history[pid] = bool(view.history(pid).lengths)
             with_history += self._history[pid]
@@ -263,7 +266,11 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
         for w in range(view.num_workers):  # workers a part placed requests on at this event
             rids = self.placed(w, view)
             if rids:
-                ctx = sum(view.request(r).prompt_len + view.request(r).generated for r in rids)
+                ctx = 0
+                for r in rids:
+                    got = views.get(r)
+                    rv = got if got is not None else view.request(r)
+                    ctx += rv.prompt_len + rv.generated
                 out += self.configure(w, view, len(rids), float(ctx))
         return out
 
@@ -421,7 +428,8 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
             rids = sorted(r for r in override if r in inside)
         else:
             rids = [r for r in members if r in override]
-        self._observe(rids, view, worker)
+        if rids:
+            self._observe(rids, view, worker)
         if changed:
             self.default[worker] = spec
             out.append(SetSpec(spec=spec, worker=worker))

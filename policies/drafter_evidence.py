@@ -27,7 +27,6 @@ Conversion = tuple[float, float, float, float]
 # drafted * _PAIR + accepted, depth, multi-path gain (None: a chain)
 Reading = tuple[str, dict[int, Conversion], int, float | None]
 _PAIR = 1 << 32  # (an integer key is hashed and compared without a tuple's indirections)
-PLAIN_READING = "plain"  # `_reading` of a request told to decode plainly
 
 
 class DrafterEvidence:
@@ -56,7 +55,7 @@ class DrafterEvidence:
         self._chain_p: dict[tuple[int, int, int], float] = {}
         # `_reading`'s memos: id(setting) -> (setting, reading); (method, depth, gain) ->
         # conversions (the gains are set at the step start, after this reset)
-        self._readings: dict[int, tuple[SpecConfig, Reading | str | None]] = {}
+        self._readings: dict[int, tuple[SpecConfig, Reading | None, bool]] = {}
         self._conversions: dict[tuple[str, int, float | None], dict[int, Conversion]] = {}
 
     def pooled(self, method: str) -> float:
@@ -138,9 +137,8 @@ class DrafterEvidence:
         simulator's state between two calls: it touches as few objects as it can."""
         seen, readings = self._seen, self._readings
         own_of, pool_of = self.own, self.pool
+        # (on a worker, plain decoding and no setting mean the same)
         fallback = self._reading(self.default.get(worker, SPEC_OFF) if worker is not None else SPEC_OFF)[1]
-        if not isinstance(fallback, tuple):  # (a worker's setting only drafts or does not)
-            fallback = None
         prompt = self._prompt
         owns: list[dict[str, list[float]] | None] = []
         drafted_now, accepted_now, specs = draft_counters(view, rids)
@@ -161,13 +159,15 @@ class DrafterEvidence:
             if drafted <= 0:  # nothing drafted since the last read: `record` ignores it
                 continue
             read = readings.get(id(spec))
-            reading = (read if read is not None else self._reading(spec))[1]
-            if reading is None:  # the request runs with its worker's setting, if any
-                reading = fallback
+            if read is None:
+                read = self._reading(spec)
+            reading = read[1]
+            if reading is None:
+                if read[2]:  # told to decode plainly
+                    continue
+                reading = fallback  # it runs with its worker's setting, if any
                 if reading is None:
                     continue
-            elif reading is PLAIN_READING:
-                continue
             method, conversions, _, _ = reading
             converted = conversions.get(drafted * _PAIR + accepted) if 0 <= accepted < _PAIR else None
             if converted is None:
@@ -192,19 +192,18 @@ class DrafterEvidence:
             pool[1] = pool[1] * keep_pool + q * iterations
         return owns
 
-    def _reading(self, spec: SpecConfig) -> tuple[SpecConfig, Reading | str | None]:
+    def _reading(self, spec: SpecConfig) -> tuple[SpecConfig, Reading | None, bool]:
         """How `_observe` reads a request under `spec` (memoised per object, which the memo
-        keeps alive so that its id is not reused): `PLAIN_READING` (plain decoding: nothing
-        to credit), None (it follows its worker's setting) or, for a setting that drafts,
-        its method and the conversions of its evidence (`_convert`), shared by every
-        setting of the same method, depth and multi-path gain."""
+        keeps alive so that its id is not reused): (spec, reading, plain). The reading of
+        a setting that drafts is its method and the conversions of its evidence
+        (`_convert`), shared by every setting of the same method, depth and multi-path
+        gain; None otherwise, where `plain` tells plain decoding (nothing to credit) from
+        no setting (the request follows its worker's)."""
         got = self._readings.get(id(spec))
         if got is not None:
             return got
-        reading: Reading | str | None = None
-        if spec.plain:
-            reading = PLAIN_READING
-        elif spec.enabled:
+        reading: Reading | None = None
+        if spec.enabled:
             method = spec.method
             assert method is not None  # (enabled, so depth > 0 too)
             ratio = self._ratio.get(spec.topk, 1.0) if method == MULTI_PATH else None
@@ -213,7 +212,7 @@ class DrafterEvidence:
             if conversions is None:
                 conversions = self._conversions[memo_key] = {}
             reading = (method, conversions, spec.gamma, ratio)
-        got = self._readings[id(spec)] = (spec, reading)
+        got = self._readings[id(spec)] = (spec, reading, spec.plain)
         return got
 
     def _convert(self, reading: Reading, drafted: int, accepted: int) -> Conversion:
