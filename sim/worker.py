@@ -243,7 +243,6 @@ class Worker:
         ids = self.running
         b = len(ids)
         remaining = st.dispatch_end[ids] - st.generated[ids]
-        ctx0 = int(st.context(ids).sum())
         cap = 1 if cfg.per_iteration else MAX_BLOCK_ITERATIONS
         if self.host.tick_iterations and self._replan_at_tick:
             cap = min(cap, self.ticks.to_next())
@@ -253,6 +252,7 @@ class Worker:
         first_finish = bool(self.waiting_count) or cfg.per_iteration
         if arrays is None or not arrays[1].any():
             if first_finish:
+                ctx0 = int(st.context(ids).sum())
                 room = (self.kv_capacity - ctx0) // b
                 k = int(max(1, min(int(remaining.min()), cap, room)))
                 ctx = ctx0 + b * np.arange(k, dtype=np.float64)
@@ -367,12 +367,13 @@ class Worker:
             iters[dec] = ((plan.tokens[dec, pos:done] > 0) & (cols < last[dec, None])).sum(axis=1)
         rows = plan.spec_rows
         assert rows is not None and plan.gamma is not None
-        sid = ids[rows]
-        spec_gained = (progress - prev)[rows]
-        st.spec_iters[sid] += iters[rows]
-        st.spec_tokens[sid] += spec_gained
-        st.drafted[sid] += iters[rows] * plan.gamma[rows]
-        st.accepted[sid] += spec_gained - iters[rows]
+        gained, gamma = progress - prev, plan.gamma
+        if not rows.all():  # (every row speculates in most plans: no selection then)
+            ids, iters, gained, gamma = ids[rows], iters[rows], gained[rows], gamma[rows]
+        st.spec_iters[ids] += iters
+        st.spec_tokens[ids] += gained
+        st.drafted[ids] += iters * gamma
+        st.accepted[ids] += gained - iters
         return progress, prev
 
     # ------------------------------------------------------------------------- loop

@@ -146,3 +146,16 @@ def test_cadence_rearms_when_the_policy_comes_to_want_ticks() -> None:
     # block at iteration 20 of 40, stops left at 30 and 40; ticks 5 iterations on, then every 8
     assert c.rearm(20, 40, [30, 40]) == [25, 30, 33, 40]
     assert not c.rearmed
+
+
+@given(
+    a=st.sets(st.integers(1, 4096), max_size=40),
+    b=st.sets(st.integers(1, 4096), max_size=40),
+)
+def test_merge_sorted_is_union1d(a: set[int], b: set[int]) -> None:
+    import numpy as np
+
+    from simctl.sim.tick_cadence import merge_sorted
+
+    x, y = np.array(sorted(a), np.int64), np.array(sorted(b), np.int64)
+    np.testing.assert_array_equal(merge_sorted(x, y), np.union1d(x, y))
