@@ -14,6 +14,17 @@ import pandas as pd
 from simctl.policies.contract import SPEC_OFF, SpecConfig
 from simctl.traces.schema import FILL_PREFIX, HIT_PREFIX, accept_column
 
+# Columns a replica starts at zero (its own counters), not copied from the original.
+_ZEROED_ON_CLONE = (
+    "drafted",
+    "accepted",
+    "spec_iters",
+    "spec_tokens",
+    "preemptions",
+    "dispatches",
+    "kv_resident",
+)
+
 # Request states (int8 codes; names match RequestView.state).
 UNASSIGNED, WAITING, RUNNING, FINISHED, DEFERRED, CANCELLED = range(6)
 STATE_NAMES = ("unassigned", "waiting", "running", "finished", "deferred", "cancelled")
@@ -63,6 +74,10 @@ class StepState:
     # tokens a later admission computes again are preemption/migration recompute.
     prefilled: np.ndarray = field(init=False)
     spec: list[SpecConfig] = field(init=False)  # per-request override; SPEC_OFF = use worker's
+    # column -> (buffer with spare rows, the prefix view the column is): `clone_row`
+    _buffers: dict[str, tuple[np.ndarray, np.ndarray]] = field(
+        init=False, default_factory=dict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         n = len(self.prompt_id)
@@ -140,22 +155,29 @@ class StepState:
         """Append a Fastest-of-N replica of row `rid` (same progress, own counters); its id."""
         new = len(self.prompt_id)
         for name in self._ROW_ARRAYS:
-            arr = getattr(self, name)
-            setattr(self, name, np.concatenate([arr, arr[rid : rid + 1]]))
-        for name in (
-            "drafted",
-            "accepted",
-            "spec_iters",
-            "spec_tokens",
-            "preemptions",
-            "dispatches",
-            "kv_resident",
-        ):
+            self._append_copy(name, rid)
+        for name in _ZEROED_ON_CLONE:
             getattr(self, name)[new] = 0
         self.finish_s[new] = np.nan
         self.worker[new] = -1
         self.spec.append(self.spec[rid])
         return new
+
+    def _append_copy(self, name: str, rid: int) -> None:
+        """Append a copy of row `rid` to column `name`. A step launches thousands of
+        replicas and re-allocating every column per replica made cloning quadratic, so a
+        cloned column is a prefix view of a buffer with spare rows: an append writes one
+        row and re-slices, and only a full buffer (or a column replaced since) is copied."""
+        arr = getattr(self, name)
+        n = len(arr)
+        buf, view = self._buffers.get(name, (None, None))
+        if buf is None or arr is not view or len(buf) <= n:
+            buf = np.empty((n + 1 + max(64, n // 4), *arr.shape[1:]), arr.dtype)
+            buf[:n] = arr
+        buf[n] = arr[rid]
+        view = buf[: n + 1]
+        self._buffers[name] = (buf, view)
+        setattr(self, name, view)
 
     def method_index(self, method: str) -> int:
         """Column of `method` in accept_mat; KeyError when the trace lacks it."""
