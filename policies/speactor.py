@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any
 
+from simctl.policies.bulk_reads import draft_counters, request_rows
 from simctl.policies.contract import (
     Action,
     Assign,
@@ -112,6 +113,8 @@ class SpecActor(Policy):
         self.window = 0
         self.drafter_gpus = 0
         self.spec_of: dict[int, SpecConfig] = {}
+        # (acceptance, drafter worker) -> Algorithm 2's setting this step (`_request_spec`)
+        self._spec_memo: dict[tuple[float, int | None], SpecConfig] = {}
 
     # ------------------------------------------------------------------ events
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
@@ -198,48 +201,60 @@ class SpecActor(Policy):
 
     # --------------------------------------------------- Algorithm 2 (reconfig)
     def _reconfigure(self, worker: int, view: ClusterView) -> list[Action]:
+        """Algorithm 2 at a tick of `worker`: every running request below the worker's mean
+        acceptance gets the speculation `reconfigure` picks at its acceptance. A tick reads
+        every request of the worker, so they are read in bulk (`policies.bulk_reads`)."""
+        rids = view.worker_requests(worker)
+        rows = request_rows(view, rids)
         rates: dict[RequestId, float] = {}
-        for rid in view.worker_requests(worker):
-            rv = view.request(rid)
-            if rv.state == "running" and rv.acceptance_rate is not None:
-                rates[rid] = rv.acceptance_rate
+        for rid, state, drafted, accepted in zip(rids, rows.state, rows.drafted, rows.accepted, strict=True):
+            if state == "running" and drafted:
+                rates[rid] = accepted / drafted  # RequestView.acceptance_rate
         if len(rates) < 2:
             return []
         mean = sum(rates.values()) / len(rates)
-        laws = self.laws[self.method]
-        gd = max(self.drafter_gpus, 1)
+        drafter = self.drafter_of.get(worker)
         actions: list[Action] = []
         for rid, p in rates.items():
             if p >= mean:
                 continue
-            mode, w, _ = reconfigure(laws, p, gd, self.max_window)
-            if mode == "decoupled" and worker not in self.drafter_of:
-                mode, w = (
-                    "coupled",
-                    best_window(partial(tgs_coupled, laws, p, b=1.0), self.max_window)[0],
-                )
-            decoupled = mode == "decoupled"
-            spec = SpecConfig(
-                method=self.method,
-                gamma=w,
-                mode="decoupled" if decoupled else "coupled",
-                window=w if decoupled else 0,
-                drafter_worker=self.drafter_of.get(worker) if decoupled else None,
-            )
-            if self.spec_of.get(rid) != spec:
+            spec = self._request_spec(p, drafter)
+            prev = self.spec_of.get(rid)
+            if prev is not spec and prev != spec:
                 self.spec_of[rid] = spec
                 actions.append(SetSpec(spec=spec, request=rid))
         return actions
+
+    def _request_spec(self, p: float, drafter: int | None) -> SpecConfig:
+        """Algorithm 2's setting for a request of acceptance `p` on a verifier served by
+        `drafter` (None: no drafter, so coupled). A function of the two alone within a step
+        (the laws, method and drafter GPUs are the step's), and ticks ask again for the
+        same acceptance thousands of times, so the step remembers each answer."""
+        key = (p, drafter)
+        spec = self._spec_memo.get(key)
+        if spec is not None:
+            return spec
+        laws = self.laws[self.method]
+        mode, w, _ = reconfigure(laws, p, max(self.drafter_gpus, 1), self.max_window)
+        if mode == "decoupled" and drafter is None:
+            mode, w = "coupled", best_window(partial(tgs_coupled, laws, p, b=1.0), self.max_window)[0]
+        decoupled = mode == "decoupled"
+        spec = SpecConfig(
+            method=self.method,
+            gamma=w,
+            mode="decoupled" if decoupled else "coupled",
+            window=w if decoupled else 0,
+            drafter_worker=drafter if decoupled else None,
+        )
+        self._spec_memo[key] = spec
+        return spec
 
     # --------------------------------------------------------- profiling
     def _profile(self, view: ClusterView) -> None:
         """Acceptance observed this step (every request speculates with the step's method)
         feeds the next step's ladder."""
-        acc = drafted = 0
-        for rid in view.step_requests():
-            rv = view.request(rid)
-            acc += rv.accepted_tokens
-            drafted += rv.drafted_tokens
+        drafted_by, accepted_by, _ = draft_counters(view, view.step_requests())
+        acc, drafted = sum(accepted_by), sum(drafted_by)
         if drafted and self.method:
             pa, pd = self.profiled.get(self.method, (0, 0))
             self.profiled[self.method] = (pa + acc, pd + drafted)

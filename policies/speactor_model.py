@@ -222,7 +222,8 @@ def fastest_of_n(
     # methods whose workers have room; once none has and no free worker is left, no later
     # request can be placed (loads only grow), so the scan stops there
     room = {m: has_room(m) for m in methods}
-    for rid, _acc in sorted(requests, key=lambda x: (x[1], x[0])):
+    # (acceptance, request) tuples sort in C: the order of a key of the same pair
+    for _acc, rid in sorted([(acc, rid) for rid, acc in requests]):
         if not free and not any(room.values()):
             break
         for m in methods:
