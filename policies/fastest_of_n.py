@@ -113,6 +113,9 @@ class FastestOfN(Policy):
         self.ladder: list[Rung] = list(ladder)
         self.reserved_for: dict[WorkerId, WorkerId] = dict(reserved or {})
         self.reserved: set[WorkerId] = set(self.reserved_for.values())
+        self.clients: dict[WorkerId, list[WorkerId]] = {}  # lent worker -> the workers it serves
+        for v, d in self.reserved_for.items():
+            self.clients.setdefault(d, []).append(v)
         self.free: set[WorkerId] = set()
         self.assigned: dict[tuple[RequestId, str], WorkerId] = {}  # (request, method) -> worker
         self.workers_by_method: dict[str, list[WorkerId]] = {}
@@ -133,7 +136,7 @@ class FastestOfN(Policy):
             return []
         self.free.add(worker)
         for d in self.reserved:  # a lent worker whose clients are all done is free too
-            if d not in self.free and all(v in self.free for v, dd in self.reserved_for.items() if dd == d):
+            if d not in self.free and all(v in self.free for v in self.clients[d]):
                 self.free.add(d)
         candidates = sorted(self.free)
         free = [w for w, n in zip(candidates, worker_loads(view, candidates), strict=True) if n == 0]
