@@ -37,6 +37,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from simctl.policies.bulk_reads import request_rows, worker_loads
 from simctl.policies.contract import (
@@ -53,8 +56,8 @@ from simctl.policies.contract import (
     WorkerId,
     WorkerIdle,
 )
-from simctl.policies.speactor_model import fastest_of_n
 
+_IN_FLIGHT = frozenset(("running", "waiting"))  # request states Fastest-of-N may race
 MAX_BATCH = 32  # SpecActor's bound on a Fastest-of-N worker's verification batch
 
 
@@ -110,6 +113,10 @@ class FastestOfN(Policy):
         """Forget the previous step. `ladder` is the fixed ladder (used when no
         `ladder_source` is set); `reserved` maps a served worker to the worker lent to it."""
         self.unfinished: set[RequestId] = set(requests)
+        # the step's requests as positions, so the scans of `worker_idle` run on arrays
+        self.ids = np.fromiter(self.unfinished, np.int64, len(self.unfinished))
+        self.position = {rid: i for i, rid in enumerate(self.ids.tolist())}
+        self.open = np.ones(len(self.ids), bool)  # unfinished, by position
         self.ladder: list[Rung] = list(ladder)
         self.reserved_for: dict[WorkerId, WorkerId] = dict(reserved or {})
         self.reserved: set[WorkerId] = set(self.reserved_for.values())
@@ -117,7 +124,7 @@ class FastestOfN(Policy):
         for v, d in self.reserved_for.items():
             self.clients.setdefault(d, []).append(v)
         self.free: set[WorkerId] = set()
-        self.assigned: dict[tuple[RequestId, str], WorkerId] = {}  # (request, method) -> worker
+        self.taken: dict[str, np.ndarray] = {}  # method -> by position: a copy runs it
         self.workers_by_method: dict[str, list[WorkerId]] = {}
 
     # ------------------------------------------------------------------ events
@@ -126,6 +133,9 @@ class FastestOfN(Policy):
             self.start(event.requests)
         elif isinstance(event, RequestFinished):
             self.unfinished.discard(event.request)
+            at = self.position.get(event.request)
+            if at is not None:
+                self.open[at] = False
         elif isinstance(event, WorkerIdle):
             return self.worker_idle(event.worker, view)
         return []
@@ -142,43 +152,164 @@ class FastestOfN(Policy):
         free = [w for w, n in zip(candidates, worker_loads(view, candidates), strict=True) if n == 0]
         dedicated = {w for ws in self.workers_by_method.values() for w in ws}
         free = [w for w in free if w not in dedicated]
-        active: list[tuple[RequestId, float]] = []
-        home: dict[RequestId, WorkerId] = {}
-        methods: dict[WorkerId, str] = {}
-        # every unfinished request, read in bulk (this runs at every idle worker of the tail)
-        rids = list(self.unfinished)
-        rows = request_rows(view, rids)
-        columns = (rows.state, rows.worker, rows.drafted, rows.accepted, rows.spec)
-        for rid, state, w, drafted, accepted, spec in zip(rids, *columns, strict=True):
-            if w is None or state not in ("running", "waiting"):
-                continue
-            active.append((rid, accepted / drafted if drafted else 0.0))
-            home[rid] = w
-            if spec.enabled and spec.method is not None:
-                method = spec.method
-            else:  # its worker's setting, as `request_method` reads it
-                cached = methods.get(w)
-                method = cached if cached is not None else _worker_method(view, w, methods)
-            self.assigned.setdefault((rid, method), w)
+        flight = self._in_flight(view, self._unsettled())
+        n_active = len(flight.pos)
         if self.reserve:
-            free = free[: max(0, len(free) - math.ceil(self.reserve * len(active)))]
-        if not active or not free:
+            free = free[: max(0, len(free) - math.ceil(self.reserve * n_active))]
+        if not n_active or not free:
             return []
-        ladder = self.ladder if self.ladder_source is None else self.ladder_source(view, sorted(home))
+        rids = self.ids[flight.pos].tolist()
+        ladder = self.ladder if self.ladder_source is None else self.ladder_source(view, sorted(rids))
         if not ladder:
             return []
         busy = list(dedicated)
         load = dict(zip(busy, worker_loads(view, busy), strict=True))
         order = [r.method for r in ladder]
-        picks = fastest_of_n(active, order, self.assigned, self.workers_by_method, free, load, self.max_batch)
+        ranked = self._by_acceptance(flight, order)
+        picks = place_replicas(
+            ranked, self.ids, order, self.taken, self.workers_by_method, free, load, self.max_batch
+        )
         spec = {r.method: r.spec for r in ladder}
+        home = dict(zip(rids, flight.home.tolist(), strict=True))
         out: list[Action] = []
         for rid, m, w in picks:
             if w == home[rid]:  # the original runs there (e.g. re-dispatched onto a pool worker)
-                del self.assigned[(rid, m)]
+                self.taken[m][self.position[rid]] = False
                 continue
             out.append(LaunchReplica(request=rid, worker=w, spec=spec[m]))
         return out
+
+    def _unsettled(self) -> np.ndarray:
+        """Positions of the requests to read: every unfinished one, except, with a fixed
+        ladder and nothing reserved, those with a copy of every ladder method running. Those
+        change nothing: the scan passes over them, marking their own method changes no mark
+        the step's ladder asks about, and a step has others in flight whenever they are
+        (late in the tail, most requests are such)."""
+        unsettled = self.open
+        methods = [r.method for r in self.ladder]
+        fixed = self.ladder_source is None and not self.reserve
+        if fixed and methods and all(m in self.taken for m in methods):
+            unsettled = unsettled & ~np.logical_and.reduce([self.taken[m] for m in methods])
+        return np.flatnonzero(unsettled)
+
+    def _in_flight(self, view: ClusterView, pos: np.ndarray) -> _Flight:
+        """The requests at positions `pos` running or waiting on a worker, with their
+        acceptance so far (0 before any draft), and each one's method marked taken for it.
+        This reads the unfinished requests at every idle worker of the tail (quadratic in
+        the step's size), so it works on columns: one bulk read, then numpy, no per-request
+        Python beyond the conversions."""
+        rows = request_rows(view, self.ids[pos].tolist())
+        n = len(pos)
+        workers = np.array(rows.worker, dtype=np.float64)  # no worker (None) -> NaN
+        live = np.fromiter(map(_IN_FLIGHT.__contains__, rows.state), bool, n) & ~np.isnan(workers)
+        idx = np.flatnonzero(live)
+        home = workers[idx].astype(np.int64)
+        drafted = np.fromiter(rows.drafted, np.int64, n)[idx]
+        accepted = np.fromiter(rows.accepted, np.int64, n)[idx]
+        # accepted / drafted in float64, as Python divides two ints below 2**53
+        acceptance = np.divide(accepted, drafted, out=np.zeros(len(idx)), where=drafted != 0)
+        # the request's own method where its setting has one, else its worker's
+        names: list[str] = []
+        code: dict[str, int] = {}
+        by_id = dict(zip(map(id, rows.spec), rows.spec, strict=True))  # a few distinct settings
+        own = {i: _code(_own_method(spec), names, code) for i, spec in by_id.items()}
+        method = np.fromiter(map(own.__getitem__, map(id, rows.spec)), np.int64, n)[idx]
+        follow = method < 0
+        if follow.any():
+            of_worker = np.full(int(home.max()) + 1, -1, np.int64)
+            cache: dict[WorkerId, str] = {}
+            for w in np.flatnonzero(np.bincount(home[follow])).tolist():
+                of_worker[w] = _code(_worker_method(view, w, cache), names, code)
+            method[follow] = of_worker[home[follow]]
+        for c in np.flatnonzero(np.bincount(method, minlength=len(names))).tolist():
+            self._taken(names[c])[pos[idx[method == c]]] = True
+        return _Flight(pos[idx], acceptance, home)
+
+    def _taken(self, method: str) -> np.ndarray:
+        """By position: whether a copy of the request runs `method` (created all False)."""
+        taken = self.taken.get(method)
+        if taken is None:
+            taken = self.taken[method] = np.zeros(len(self.ids), bool)
+        return taken
+
+    def _by_acceptance(self, flight: _Flight, methods: Sequence[str]) -> list[int]:
+        """Positions of the requests of `flight` that lack a copy of some ladder method,
+        acceptance ascending and ties by id: the order Algorithm 3 visits them in. A request
+        with every method taken is left out, as the scan passes over it without placing
+        anything (most requests, late in the tail)."""
+        pos, acc = flight.pos, flight.acceptance
+        if methods and all(m in self.taken for m in methods):
+            keep = ~np.logical_and.reduce([self.taken[m][pos] for m in methods])
+            pos, acc = pos[keep], acc[keep]
+        return pos[np.lexsort((self.ids[pos], acc))].tolist()
+
+
+class _Flight(NamedTuple):
+    """Requests in flight when a worker went idle (positions among the step's requests)."""
+
+    pos: np.ndarray
+    acceptance: np.ndarray  # accepted / drafted tokens so far (0 before any draft)
+    home: np.ndarray  # the worker each runs on
+
+
+def place_replicas(
+    ranked: Sequence[int],
+    ids: np.ndarray,
+    methods: Sequence[str],
+    taken: dict[str, np.ndarray],
+    workers_by_method: dict[str, list[WorkerId]],
+    free_workers: list[WorkerId],
+    load: dict[WorkerId, int],
+    max_batch: int,
+) -> list[tuple[RequestId, str, WorkerId]]:
+    """`speactor_model.fastest_of_n` (Algorithm 3's greedy) on requests given as positions
+    in `ids`, already in visiting order, with the (request, method) pairs running kept as
+    a mask per method (`taken`, updated with the placements): the same placements and
+    bookkeeping (tested)."""
+    out = []
+    free = list(free_workers)
+
+    def has_room(m: str) -> bool:
+        return any(load.get(w, 0) < max_batch for w in workers_by_method.get(m, ()))
+
+    room = {m: has_room(m) for m in methods}
+    for p in ranked:
+        if not free and not any(room.values()):
+            break
+        for m in methods:
+            running = taken.get(m)
+            if running is None:
+                running = taken[m] = np.zeros(len(ids), bool)
+            if running[p] or not (free or room[m]):
+                continue
+            pool = [w for w in workers_by_method.get(m, []) if load.get(w, 0) < max_batch]
+            if not pool and free:
+                w_new = free.pop(0)
+                workers_by_method.setdefault(m, []).append(w_new)
+                pool = [w_new]
+            if not pool:
+                continue
+            w = min(pool, key=lambda x: (load.get(x, 0), x))
+            running[p] = True
+            load[w] = load.get(w, 0) + 1
+            out.append((int(ids[p]), m, w))
+            room[m] = has_room(m)
+    return out
+
+
+def _own_method(spec: SpecConfig) -> str | None:
+    """The method a request's own setting drafts with (None: it follows its worker)."""
+    return spec.method if spec.enabled and spec.method is not None else None
+
+
+def _code(method: str | None, names: list[str], code: dict[str, int]) -> int:
+    """`method`'s index in `names` (added on first sight); -1 for None."""
+    if method is None:
+        return -1
+    if method not in code:
+        code[method] = len(names)
+        names.append(method)
+    return code[method]
 
 
 def _worker_method(view: ClusterView, worker: WorkerId, cache: dict[WorkerId, str]) -> str:
