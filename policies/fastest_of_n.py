@@ -241,7 +241,8 @@ class FastestOfN(Policy):
         if methods and all(m in self.taken for m in methods):
             keep = ~np.logical_and.reduce([self.taken[m][pos] for m in methods])
             pos, acc = pos[keep], acc[keep]
-        return pos[np.lexsort((self.ids[pos], acc))].tolist()
+        order: list[int] = pos[np.lexsort((self.ids[pos], acc))].tolist()
+        return order
 
 
 class _Flight(NamedTuple):

@@ -142,8 +142,8 @@ class StepReplay:
             rule = self.rules.get(st.methods[m0])
             if rule is not None and rule.source not in ("history", "lookup"):
                 self._reconcile(rids)
-                tokens, probe = self._model_draw(rng, rule, m0, rids, gamma, worker_topk, iterations)
-                return Draw(tokens, None, probe)
+                tokens, model_probe = self._model_draw(rng, rule, m0, rids, gamma, worker_topk, iterations)
+                return Draw(tokens, None, model_probe)
         out = np.ones((len(rids), iterations), np.int16)
         slots: np.ndarray | None = None
         probe: ModelProbe | None = None
