@@ -56,6 +56,7 @@ from simctl.policies.contract import (
     WorkerId,
     WorkerIdle,
 )
+from simctl.policies.speactor_model import least_loaded
 
 _IN_FLIGHT = frozenset(("running", "waiting"))  # request states Fastest-of-N may race
 MAX_BATCH = 32  # SpecActor's bound on a Fastest-of-N worker's verification batch
@@ -283,14 +284,9 @@ def place_replicas(
                 running = taken[m] = np.zeros(len(ids), bool)
             if running[p] or not (free or room[m]):
                 continue
-            pool = [w for w in workers_by_method.get(m, []) if load.get(w, 0) < max_batch]
-            if not pool and free:
-                w_new = free.pop(0)
-                workers_by_method.setdefault(m, []).append(w_new)
-                pool = [w_new]
-            if not pool:
+            w = least_loaded(m, workers_by_method, free, load, max_batch)
+            if w is None:
                 continue
-            w = min(pool, key=lambda x: (load.get(x, 0), x))
             running[p] = True
             load[w] = load.get(w, 0) + 1
             out.append((int(ids[p]), m, w))

@@ -200,6 +200,26 @@ def draft_ladder(
     return sorted(rungs, key=lambda r: (-r.speedup, r.method))
 
 
+def least_loaded(
+    method: str,
+    workers_by_method: dict[str, list[int]],
+    free: list[int],
+    load: dict[int, int],
+    max_batch: int,
+) -> int | None:
+    """Algorithm 3's choice of worker for one copy: the least-loaded worker serving
+    `method` whose batch is below `max_batch`, else the first free worker, dedicated to the
+    method from then on (taken from `free`); None when neither exists."""
+    pool = [w for w in workers_by_method.get(method, []) if load.get(w, 0) < max_batch]
+    if not pool and free:
+        w_new = free.pop(0)
+        workers_by_method.setdefault(method, []).append(w_new)
+        pool = [w_new]
+    if not pool:
+        return None
+    return min(pool, key=lambda x: (load.get(x, 0), x))
+
+
 def fastest_of_n(
     requests: Sequence[tuple[int, float]],
     methods: Sequence[str],
@@ -229,14 +249,9 @@ def fastest_of_n(
         for m in methods:
             if (rid, m) in assigned or not (free or room[m]):
                 continue
-            pool = [w for w in workers_by_method.get(m, []) if load.get(w, 0) < max_batch]
-            if not pool and free:
-                w_new = free.pop(0)
-                workers_by_method.setdefault(m, []).append(w_new)
-                pool = [w_new]
-            if not pool:
+            w = least_loaded(m, workers_by_method, free, load, max_batch)
+            if w is None:
                 continue
-            w = min(pool, key=lambda x: (load.get(x, 0), x))
             assigned[(rid, m)] = w
             load[w] = load.get(w, 0) + 1
             out.append((rid, m, w))
