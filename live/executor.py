@@ -65,6 +65,7 @@ from simctl.policies.contract import (
     StepStarted,
     Tick,
     WorkerIdle,
+    wants_tick,
 )
 from simctl.traces.cli_options import WorkerFault
 
@@ -82,11 +83,6 @@ __all__ = [
     "StepRecord",
     "WorkerCrashed",
 ]
-
-
-def _ALL(worker: int, view: object) -> bool:
-    """`Policy.wants_ticks` of a duck-typed policy without it: every Tick."""
-    return True
 
 
 @dataclass
@@ -351,7 +347,7 @@ class LiveExecutor:
             w.since_tick += 1
             if w.since_tick >= tick:
                 w.since_tick = 0
-                if getattr(self.policy, "wants_ticks", _ALL)(w.id, self.view):  # skipped: cadence kept
+                if wants_tick(self.policy, w.id, self.view):  # a skipped Tick keeps the cadence
                     self._emit(Tick(time_s=self.cluster.now, worker=w.id, iteration=w.iteration))
         self._settle()
 

@@ -482,3 +482,10 @@ class Policy(ABC):
         part that must know placements made at the same instant (e.g. to configure a
         worker a scheduler just filled) overrides it; the default ignores them."""
         return None
+
+
+def wants_tick(policy: Policy, worker: WorkerId, view: ClusterView) -> bool:
+    """`policy.wants_ticks(worker, view)`, for executors: a policy written without the
+    `Policy` base class (duck-typed) and without that method wants every Tick."""
+    asks = getattr(policy, "wants_ticks", None)
+    return asks is None or bool(asks(worker, view))

@@ -56,7 +56,7 @@ from simctl.policies.contract import (
     WorkerId,
     WorkerIdle,
 )
-from simctl.policies.speactor_model import least_loaded
+from simctl.policies.speactor_model import has_room, least_loaded
 
 _IN_FLIGHT = frozenset(("running", "waiting"))  # request states Fastest-of-N may race
 MAX_BATCH = 32  # SpecActor's bound on a Fastest-of-N worker's verification batch
@@ -113,9 +113,9 @@ class FastestOfN(Policy):
     ) -> None:
         """Forget the previous step. `ladder` is the fixed ladder (used when no
         `ladder_source` is set); `reserved` maps a served worker to the worker lent to it."""
-        self.unfinished: set[RequestId] = set(requests)
         # the step's requests as positions, so the scans of `worker_idle` run on arrays
-        self.ids = np.fromiter(self.unfinished, np.int64, len(self.unfinished))
+        step = set(requests)
+        self.ids = np.fromiter(step, np.int64, len(step))
         self.position = {rid: i for i, rid in enumerate(self.ids.tolist())}
         self.open = np.ones(len(self.ids), bool)  # unfinished, by position
         self.ladder: list[Rung] = list(ladder)
@@ -133,7 +133,6 @@ class FastestOfN(Policy):
         if isinstance(event, StepStarted):
             self.start(event.requests)
         elif isinstance(event, RequestFinished):
-            self.unfinished.discard(event.request)
             at = self.position.get(event.request)
             if at is not None:
                 self.open[at] = False
@@ -271,10 +270,7 @@ def place_replicas(
     out = []
     free = list(free_workers)
 
-    def has_room(m: str) -> bool:
-        return any(load.get(w, 0) < max_batch for w in workers_by_method.get(m, ()))
-
-    room = {m: has_room(m) for m in methods}
+    room = {m: has_room(m, workers_by_method, load, max_batch) for m in methods}
     for p in ranked:
         if not free and not any(room.values()):
             break
@@ -290,7 +286,7 @@ def place_replicas(
             running[p] = True
             load[w] = load.get(w, 0) + 1
             out.append((int(ids[p]), m, w))
-            room[m] = has_room(m)
+            room[m] = has_room(m, workers_by_method, load, max_batch)
     return out
 
 

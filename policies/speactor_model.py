@@ -200,6 +200,13 @@ def draft_ladder(
     return sorted(rungs, key=lambda r: (-r.speedup, r.method))
 
 
+def has_room(
+    method: str, workers_by_method: dict[str, list[int]], load: dict[int, int], max_batch: int
+) -> bool:
+    """Whether a worker serving `method` can take another copy (its batch below `max_batch`)."""
+    return any(load.get(w, 0) < max_batch for w in workers_by_method.get(method, ()))
+
+
 def least_loaded(
     method: str,
     workers_by_method: dict[str, list[int]],
@@ -236,12 +243,9 @@ def fastest_of_n(
     out = []
     free = list(free_workers)
 
-    def has_room(m: str) -> bool:
-        return any(load.get(w, 0) < max_batch for w in workers_by_method.get(m, ()))
-
     # methods whose workers have room; once none has and no free worker is left, no later
     # request can be placed (loads only grow), so the scan stops there
-    room = {m: has_room(m) for m in methods}
+    room = {m: has_room(m, workers_by_method, load, max_batch) for m in methods}
     # (acceptance, request) tuples sort in C: the order of a key of the same pair
     for _acc, rid in sorted([(acc, rid) for rid, acc in requests]):
         if not free and not any(room.values()):
@@ -255,5 +259,5 @@ def fastest_of_n(
             assigned[(rid, m)] = w
             load[w] = load.get(w, 0) + 1
             out.append((rid, m, w))
-            room[m] = has_room(m)
+            room[m] = has_room(m, workers_by_method, load, max_batch)
     return out

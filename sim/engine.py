@@ -39,6 +39,7 @@ from simctl.policies.contract import (
     SpecConfig,
     StepFinished,
     StepStarted,
+    wants_tick,
 )
 from simctl.sim.acceptance_source import AcceptanceSource, SampledAcceptance
 from simctl.sim.cost_model import CostModel
@@ -134,8 +135,7 @@ class StepSimulation:
         """Whether the policy wants `worker`'s Ticks now (asked when the worker plans)."""
         if not self.policy.tick_iterations:
             return False
-        asks = getattr(self.policy, "wants_ticks", None)  # a duck-typed policy wants them all
-        return asks is None or bool(asks(worker, self.view))
+        return wants_tick(self.policy, worker, self.view)
 
     def method_index(self, method: str) -> int:
         try:

@@ -8,7 +8,7 @@ preemption) and the block loop; this owns the worker's speculation setting.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -86,44 +86,40 @@ def _narrow(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return values
 
 
-# The hit matrix last asked about (held, so its id is not reused) and whether any entry
-# is below 1. Workers share it: a Fastest-of-N replica replaces the matrix, once per clone.
-_MISS_CACHE: list = [None, False]
+# The planners of a step share what they derive from its acceptance matrices in a cache
+# the step owns (`StepState.derived`), each entry kept with the matrix it came from (held,
+# so its id is not reused): a Fastest-of-N replica replaces the matrices, once per clone.
 
 
-def _any_miss(hit_mat: np.ndarray) -> bool:
+def _any_miss(hit_mat: np.ndarray, cache: dict[str, Any]) -> bool:
     """Whether some request of the step drafts in fewer than all iterations (a hit share
     below 1): when none does, every plan prices verification directly."""
-    if _MISS_CACHE[0] is not hit_mat:
-        _MISS_CACHE[0], _MISS_CACHE[1] = hit_mat, bool((hit_mat < 1.0).any())
-    return bool(_MISS_CACHE[1])
-
-
-# Per-request acceptance and expected tokens per iteration of one step's requests at each
-# worker-wide setting, for the acceptance matrix they were computed from (held, so its id
-# is not reused). Workers share it; a Fastest-of-N replica replaces the matrix.
-_SETTING_ROWS: dict[str, object] = {"matrix": None, "rows": {}}
+    held = cache.get("any_miss")
+    if held is None or held[0] is not hit_mat:
+        held = cache["any_miss"] = (hit_mat, bool((hit_mat < 1.0).any()))
+    return bool(held[1])
 
 
 def setting_rows(
-    accept_mat: np.ndarray, method: int, gamma: int, topk: int, verify: int
+    accept_mat: np.ndarray, method: int, gamma: int, topk: int, verify: int, cache: dict[str, Any]
 ) -> tuple[np.ndarray, np.ndarray]:
     """(per-token acceptance, expected tokens per verify iteration) of every request drafting
     `method` at depth `gamma` on `topk` paths verifying `verify` tokens: what `arrays` and
     `_block_length` compute for a plan's rows, computed once per setting (elementwise, so
     a row's value is the same whichever rows it is computed with)."""
-    if _SETTING_ROWS["matrix"] is not accept_mat:
-        _SETTING_ROWS["matrix"], _SETTING_ROWS["rows"] = accept_mat, {}
-    cache: dict = _SETTING_ROWS["rows"]  # type: ignore[assignment]
+    held = cache.get("setting_rows")
+    if held is None or held[0] is not accept_mat:
+        held = cache["setting_rows"] = (accept_mat, {})
+    rows: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray]] = held[1]
     key = (method, gamma, topk, verify)
-    hit = cache.get(key)
+    hit = rows.get(key)
     if hit is None:
         n = len(accept_mat)
         alpha = np.ascontiguousarray(accept_mat[:, method])
         depth = np.full(n, gamma, np.int64)
         if topk > 1:
             alpha = tree_acceptance(alpha, depth, np.full(n, topk, np.int64), np.full(n, verify, np.int64))
-        hit = cache[key] = (alpha, expected_tokens(alpha, depth))
+        hit = rows[key] = (alpha, expected_tokens(alpha, depth))
     return hit
 
 
@@ -220,7 +216,7 @@ class SpecPlanner:
         st, b = self.host.state, len(ids)
         gamma, methods, windows, topks, verify = self._constant_rows.get(b) or self._constant(b)
         alpha, expected = setting_rows(
-            st.accept_mat, self.method_idx, int(gamma[0]), int(topks[0]), int(verify[0])
+            st.accept_mat, self.method_idx, int(gamma[0]), int(topks[0]), int(verify[0]), st.derived
         )
         out = _WorkerArrays((alpha.take(ids), gamma, methods, windows, topks, verify))
         out.expected = expected.take(ids)
@@ -423,7 +419,7 @@ class SpecPlanner:
         st, cost = self.host.state, self.host.cost
         spec = gamma > 0
         kw = {"gamma": int(gamma[spec].max())} if self.host.cost_takes_gamma and spec.any() else {}
-        if exact or not _any_miss(st.hit_mat):  # no request of the step ever drafts nothing
+        if exact or not _any_miss(st.hit_mat, st.derived):  # no request of the step ever drafts nothing
             return np.asarray(cost.iteration_time(batch, new_tokens, ctx, **kw), dtype=np.float64)
         hit = st.hit_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(len(ids))
         if not (spec & (hit < 1.0)).any():

@@ -7,6 +7,7 @@ worker processes slice with index arrays, never Python objects per request.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -74,6 +75,9 @@ class StepState:
     # tokens a later admission computes again are preemption/migration recompute.
     prefilled: np.ndarray = field(init=False)
     spec: list[SpecConfig] = field(init=False)  # per-request override; SPEC_OFF = use worker's
+    # what every worker's planner derives from the acceptance matrices, computed once per
+    # step (sim.spec_planner: each entry kept with the matrix it came from)
+    derived: dict[str, Any] = field(init=False, default_factory=dict, repr=False, compare=False)
     # column -> (buffer with spare rows, the prefix view the column is): `clone_row`
     _buffers: dict[str, tuple[np.ndarray, np.ndarray]] = field(
         init=False, default_factory=dict, repr=False, compare=False

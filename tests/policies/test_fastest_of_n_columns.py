@@ -58,7 +58,7 @@ class DirectFastestOfN(FastestOfN):
         free = [w for w in free if w not in dedicated]
         active: list[tuple[RequestId, float]] = []
         home: dict[RequestId, WorkerId] = {}
-        rids = list(self.unfinished)
+        rids = self.ids[self.open].tolist()
         rows = request_rows(view, rids)
         for rid, state, w, drafted, accepted in zip(
             rids, rows.state, rows.worker, rows.drafted, rows.accepted, strict=True

@@ -69,7 +69,7 @@ def test_setting_rows_equal_the_per_plan_formulas(
     n = len(accept)
     mat = np.column_stack([np.asarray(accept), np.linspace(0.0, 1.0, n)])
     ids = np.random.default_rng(seed).integers(0, n, max(1, n // 2))
-    alpha_all, expected_all = setting_rows(mat, 0, gamma, topk, verify)
+    alpha_all, expected_all = setting_rows(mat, 0, gamma, topk, verify, {})
     depth = np.full(len(ids), gamma, np.int64)
     alpha = mat[ids, 0]
     if topk > 1:
@@ -106,12 +106,12 @@ def test_rint_is_round_to_zero_decimals(values: list[float]) -> None:
 
 
 def test_any_miss_follows_the_matrix_it_is_given() -> None:
-    full = np.ones((4, 2))
-    assert not _any_miss(full)
+    full, cache = np.ones((4, 2)), {}
+    assert not _any_miss(full, cache)
     partial = full.copy()
     partial[3, 1] = 0.5
-    assert _any_miss(partial)
-    assert not _any_miss(full)
+    assert _any_miss(partial, cache)
+    assert not _any_miss(full, cache)
 
 
 def group_model_reference(
