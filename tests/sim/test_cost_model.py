@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import (
+    DEFAULT_PARAMS,
     CostModel,
     ProfiledCostModel,
     RooflineCostModel,
@@ -55,6 +57,38 @@ def test_verification_is_nearly_free_at_batch_1() -> None:
         assert verify(Q32_H100_TP4, 1, gamma) <= 1.1 * d
 
 
+def test_model_drafters_pay_the_speculative_cycle_cost_once_per_cycle() -> None:
+    # EfficientRollout Table 6: a 4-token EAGLE cycle's verify costs 1.37 T_p; the GPU work
+    # is memory-bound like decode, the rest is the engine's fixed cost per cycle.
+    cycle = DEFAULT_PARAMS.spec_cycle_overhead_s
+    assert 3e-3 < cycle < 5e-3
+    cm = Q7_A100_TP1
+    for drafter in ("eagle", "w4-self", "model:qwen2.5-0.5b"):
+        one, two, four = (float(cm.draft_time(drafter, 8, 8 * 2048, g)) for g in (1, 2, 4))
+        step = two - one
+        assert one == pytest.approx(step + cycle)
+        assert four == pytest.approx(4 * step + cycle)
+        assert float(cm.draft_time(drafter, 8, 8 * 2048, 0)) == 0.0
+        arr = cm.draft_time(drafter, np.array([8.0, 8.0]), np.array([8 * 2048.0] * 2), np.array([0.0, 4.0]))
+        assert arr.tolist() == pytest.approx([0.0, four])
+    for free in ("ngram", "suffix", "history"):  # no proposer forward: no cycle cost
+        assert float(cm.draft_time(free, 1, 2048, 4)) < 1e-3
+    ratio = (verify(cm, 1, 3) + cycle) / decode(cm, 1)
+    assert ratio == pytest.approx(1.37, rel=1e-3)
+
+
+def test_plain_decode_and_verify_do_not_pay_the_cycle_cost() -> None:
+    no_cycle = RooflineCostModel(
+        get_model("Qwen2.5-7B"),
+        get_gpu("a100"),
+        1,
+        dataclasses.replace(DEFAULT_PARAMS, spec_cycle_overhead_s=0.0),
+    )
+    assert decode(Q7_A100_TP1, 32) == decode(no_cycle, 32)
+    assert verify(Q7_A100_TP1, 32, 3) == verify(no_cycle, 32, 3)
+    assert float(Q7_A100_TP1.prefill_time(512)) == float(no_cycle.prefill_time(512))
+
+
 def test_verification_becomes_compute_bound_at_large_batch() -> None:
     ratios = [verify(Q32_H100_TP4, b, 4) / decode(Q32_H100_TP4, b) for b in (1, 32, 128, 256)]
     assert ratios == sorted(ratios)
@@ -88,16 +122,22 @@ def test_moe_reads_only_touched_experts() -> None:
 def test_drafter_costs() -> None:
     cm = Q7_A100_TP1
     target = decode(cm, 1)
-    w4 = float(cm.draft_time("w4-self", 1, 2048, 1))
-    assert 0.3 < w4 / target < 0.6  # EfficientRollout: W_D/W_T 0.33-0.36, times eta_D
-    assert float(cm.draft_time("eagle", 1, 2048, 1)) < 1.5e-3  # Table 6: T_q 0.82 ms
-    assert float(cm.draft_time("model:qwen2.5-0.5b", 1, 2048, 1)) < 0.2 * target
+
+    def step(drafter: str) -> float:  # one draft step, without the per-cycle cost
+        return float(cm.draft_time(drafter, 1, 2048, 2)) - float(cm.draft_time(drafter, 1, 2048, 1))
+
+    assert 0.3 < step("w4-self") / target < 0.6  # EfficientRollout: W_D/W_T 0.33-0.36, times eta_D
+    assert step("eagle") < 1.5e-3  # Table 6: T_q 0.82 ms
+    assert step("model:qwen2.5-0.5b") < 0.2 * target
     for cpu in ("ngram", "suffix", "history"):
         per_seq_step = float(cm.draft_time(cpu, 1, 2048, 1))
         assert 1e-6 < per_seq_step < 100e-6
         assert float(cm.draft_time(cpu, 1, 2048, 0)) == 0.0
+    w4_step = float(cm.draft_time("w4-self", 8, 8 * 2048, 2)) - float(
+        cm.draft_time("w4-self", 8, 8 * 2048, 1)
+    )
     assert float(cm.draft_time("w4-self", 8, 8 * 2048, 4)) == pytest.approx(
-        4 * float(cm.draft_time("w4-self", 8, 8 * 2048, 1))
+        4 * w4_step + DEFAULT_PARAMS.spec_cycle_overhead_s
     )
     with pytest.raises(ValueError, match="unknown drafter 'medusa'"):
         cm.draft_time("medusa", 1, 100, 2)

@@ -232,5 +232,6 @@ def test_uniform_drafting_shortcut_prices_like_the_general_path(policy: str, mon
     monkeypatch.setattr(SpecPlanner, "draft_times", both)
     lengths = random_lengths(5, 48, hi=900)
     trace = make_trace(make_frame(lengths, accept={"ngram": 0.5, "draft_small": 0.6, "w4_self": 0.7}))
-    run_one(trace, policy, cluster="h100x8")
+    # TP1: there W4 self-drafting pays off and EfficientRollout's toggle switches SD on
+    run_one(trace, policy, cluster="h100x8:tp1")
     assert sum(checked) >= 2, checked  # the shortcut was exercised

@@ -197,7 +197,8 @@ def draft_time_reference(m: RooflineCostModel, drafter: str, b: float, ctx: floa
         step = m._time(w4, bb, bb, cc, per_seq_ctx, prm.w4_weight_ratio * prm.eta_d)
     else:
         step = m._time(_eagle_pass(m.model, m.tp, prm), bb, bb, cc, per_seq_ctx)
-    return float(g * step)
+    cycle = np.where((g > 0) & (bb > 0), prm.spec_cycle_overhead_s, 0.0)  # once per cycle
+    return float(g * step + cycle)
 
 
 @settings(max_examples=80, deadline=None)

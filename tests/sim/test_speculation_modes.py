@@ -143,7 +143,9 @@ def test_fastest_of_n_replica_wins_and_the_loser_is_cancelled() -> None:
     assert fon.counters["replicas"] == 16
     assert fon.counters["replica_wins"] == 16
     assert fon.counters["cancelled"] == 16
-    assert fon.steps[0].rollout_makespan_s < 0.6 * plain.steps[0].rollout_makespan_s
+    # ~4.5 tokens per cycle against ~1: faster by what the 0.5B drafter's steps and its
+    # per-cycle cost (RooflineParams.spec_cycle_overhead_s) leave of it
+    assert fon.steps[0].rollout_makespan_s < 0.8 * plain.steps[0].rollout_makespan_s
     # each request finishes exactly once, on the replica's worker, with its own length
     assert sorted(r for r, _ in policy.finishes) == list(range(16))
     assert {w for _, w in policy.finishes} == {1}

@@ -43,6 +43,9 @@ def _trace(seed: int, steps: int = 3, n: int = 96):
 
 
 def _both(policy: str, seed: int, **kw):
+    # TP1 workers: there W4 self-drafting pays off and EfficientRollout's toggle switches SD
+    # on (on TP4 its draft step costs ~0.7 of a decode step and it stays off)
+    kw.setdefault("cluster", "h100x16:tp1")
     trace = _trace(seed)
     fast = run_policy(make_setup(trace, seed=seed, **kw), make_policy(policy))
     every = run_policy(make_setup(trace, seed=seed, **kw), _EveryTick(make_policy(policy)))
