@@ -91,6 +91,40 @@ _TLT_DEPTH, _TLT_VERIFY = 10, 64
 _TLT_ACCEPT_7B = 6.53
 
 
+# TLT Table 6's accept length is what TLT realised in its RL rollouts, so simctl's value is
+# what the `tlt` policy realises replaying the TLT preset: steps 1-3 after a warm-up step
+# (the end-to-end experiment's steps, §6.1), seed 0, on the quick layout (a quarter of the
+# prompts on a quarter of the 64 GPUs).
+_TLT_PRESET, _TLT_SCALE, _TLT_STEPS = "tlt-qwen32b-32k", 0.25, (1, 2, 3)
+
+
+@cache
+def _tlt_realised_accept_length() -> float:
+    """Mean accept length (tokens per verification, bonus included) of the `tlt` policy."""
+    from simctl.sim.cluster import parse_cluster
+    from simctl.sim.cost_model import load_cost_model
+    from simctl.sim.replay import ReplaySetup, run_policy
+    from simctl.traces.generate import generate_trace
+    from simctl.traces.io import Trace
+    from simctl.traces.layouts import layout_for
+
+    df, meta, lists = generate_trace(_TLT_PRESET, max(_TLT_STEPS) + 1, 0, scale=_TLT_SCALE)
+    layout = layout_for(_TLT_PRESET, _TLT_SCALE)
+    assert layout is not None
+    spec, model = parse_cluster(layout), get_model(meta.model)
+    setup = ReplaySetup(
+        trace=Trace(df=df, meta=meta, lists=lists),
+        cluster=spec,
+        model=model,
+        cost=load_cost_model(model, spec),
+        steps=list(range(max(_TLT_STEPS) + 1)),
+        seed=0,
+    )
+    run = run_policy(setup, "tlt")
+    lengths = [m.mean_accept_len for m in run.steps if m.step in _TLT_STEPS]
+    return float(sum(x for x in lengths if x is not None) / len(lengths))
+
+
 def _seer_tau(refs: int) -> float:
     """Expected acceptance length (with the bonus token) of the grouped suffix-tree
     acceptance simctl draws for a group with `refs` siblings, at Table 2's max draft 8."""
@@ -265,6 +299,17 @@ POINTS: tuple[CalibrationPoint, ...] = (
             "10 with 64 verified",
         )
         for gpu, speedup in (("h100", 2.61), ("a100", 2.79))
+    ),
+    CalibrationPoint(
+        "tlt-t6-accept-length",
+        _TLT,
+        "Table 6, RL training: accept length 4.59 (Target-Base) .. 6.53 (Target-R), midpoint",
+        "mean accept length of the tlt policy replaying the tlt-qwen32b-32k preset, steps 1-3, quick layout",
+        "tokens",
+        round((4.59 + 6.53) / 2, 2),
+        _tlt_realised_accept_length,
+        fitted="traces/presets.py EAGLE_ACCEPT_TLT (an acceptance input, like Seer's Table 2 rows)",
+        note="Table 6 is for a Qwen2.5-7B target; TLT publishes no accept length for the 32B run",
     ),
     CalibrationPoint(
         "er-t2-7b-outside-rollout",

@@ -37,8 +37,9 @@ depth of TLT Table 4 and of the trace presets, with the simulator's i.i.d. model
   RL (§6.1, OpenThoughts2 warm-up; Fig. 15 starts after warm-up). A policy that does not
   trust it simply drafts with n-gram until it has trained (TLT §5.3).
 
-Note the trace presets set ``accept_eagle`` from the *midpoint* of Table 6 (5.56 tokens),
-not the aligned 6.53; scale 1 therefore means "as the trace says".
+Note the TLT preset sets ``accept_eagle`` so that the `tlt` policy realises the *midpoint* of
+Table 6 (5.56 tokens), not the aligned 6.53 (traces/presets.py EAGLE_ACCEPT_TLT); scale 1
+therefore means "as the trace says".
 """
 
 from __future__ import annotations

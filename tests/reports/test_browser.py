@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from simctl.traces.presets import EAGLE_ACCEPT_TLT
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "reports" / "_artifacts"
 FLAGS = (
     "--headless",
@@ -161,4 +163,4 @@ def test_reproduce_page_renders_in_chromium(chromium, reproduce_page, reproduce_
         assert f'<figure id="sens-{slug}" class="sensitivity"><img src="figures/sensitivity/{slug}.png"' in (
             res.stdout
         )
-    assert "accept:eagle" in res.stdout and "(calibrated: 0.665)" in res.stdout
+    assert "accept:eagle" in res.stdout and f"(calibrated: {EAGLE_ACCEPT_TLT:.4g})" in res.stdout

@@ -28,8 +28,11 @@ def test_calibration_points() -> None:
     # TLT Table 1: accept length ~8.6 at depth 12, topK 8, 64 tokens to verify
     p = _tree(0.65, 12, 8, 64)
     assert float(expected_tokens(np.array([p]), np.array([12]))[0]) == pytest.approx(8.6, abs=0.4)
-    # the TLT preset's chain value reproduces its tree-measured per-level acceptance
-    assert _tree(EAGLE_ACCEPT_TLT, 10, 8, 32) == pytest.approx(EAGLE_ACCEPT_TLT_TREE, abs=0.01)
+    # the static tree calculation: chain 0.665 gives Table 6's midpoint per tree level at
+    # depth 10, topK 8, 32 tokens; the preset's chain value is higher because the policy
+    # realises less than that (traces/presets.py, calibration point tlt-t6-accept-length)
+    assert _tree(0.665, 10, 8, 32) == pytest.approx(EAGLE_ACCEPT_TLT_TREE, abs=0.01)
+    assert EAGLE_ACCEPT_TLT > 0.665
 
 
 def test_tree_accepts_more_per_iteration_but_costs_more_to_verify() -> None:
