@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, partial
+from typing import Any
 
 from simctl.sim.cost_model import RooflineCostModel
 from simctl.sim.hardware import get_gpu
@@ -101,6 +102,20 @@ _TLT_PRESET, _TLT_SCALE, _TLT_STEPS = "tlt-qwen32b-32k", 0.25, (1, 2, 3)
 @cache
 def _tlt_realised_accept_length() -> float:
     """Mean accept length (tokens per verification, bonus included) of the `tlt` policy."""
+    run = _replay(_TLT_PRESET, _TLT_SCALE, max(_TLT_STEPS) + 1, "tlt")
+    lengths = [m.mean_accept_len for m in run.steps if m.step in _TLT_STEPS]
+    return float(sum(x for x in lengths if x is not None) / len(lengths))
+
+
+# RhymeRL Fig. 17's acceptance rate (accepted / drafted) is what HistoSpec realised, so
+# simctl's value is what the `rhymerl` policy realises replaying the RhymeRL preset: the
+# first four steps of the second epoch (the first with history), seed 0, on the quick
+# layout, after the 32 steps of the first epoch that build the history.
+_RR_PRESET, _RR_SCALE, _RR_STEPS = "rhymerl-math-14b-16k", 0.125, (32, 33, 34, 35)
+
+
+def _replay(preset: str, scale: float, steps: int, policy: str) -> Any:
+    """`policy` replaying the first `steps` steps of `preset` (seed 0) on its scaled layout."""
     from simctl.sim.cluster import parse_cluster
     from simctl.sim.cost_model import load_cost_model
     from simctl.sim.replay import ReplaySetup, run_policy
@@ -108,8 +123,8 @@ def _tlt_realised_accept_length() -> float:
     from simctl.traces.io import Trace
     from simctl.traces.layouts import layout_for
 
-    df, meta, lists = generate_trace(_TLT_PRESET, max(_TLT_STEPS) + 1, 0, scale=_TLT_SCALE)
-    layout = layout_for(_TLT_PRESET, _TLT_SCALE)
+    df, meta, lists = generate_trace(preset, steps, 0, scale=scale)
+    layout = layout_for(preset, scale)
     assert layout is not None
     spec, model = parse_cluster(layout), get_model(meta.model)
     setup = ReplaySetup(
@@ -117,12 +132,20 @@ def _tlt_realised_accept_length() -> float:
         cluster=spec,
         model=model,
         cost=load_cost_model(model, spec),
-        steps=list(range(max(_TLT_STEPS) + 1)),
+        steps=list(range(steps)),
         seed=0,
     )
-    run = run_policy(setup, "tlt")
-    lengths = [m.mean_accept_len for m in run.steps if m.step in _TLT_STEPS]
-    return float(sum(x for x in lengths if x is not None) / len(lengths))
+    return run_policy(setup, policy)
+
+
+@cache
+def _rhymerl_realised_acceptance_rate() -> float:
+    """Accepted / drafted tokens of the `rhymerl` policy over the measured steps."""
+    import pandas as pd
+
+    req = pd.concat(_replay(_RR_PRESET, _RR_SCALE, max(_RR_STEPS) + 1, "rhymerl").requests)
+    req = req[req["step"].isin(_RR_STEPS)]
+    return float(req["accepted"].sum() / req["drafted"].sum())
 
 
 def _seer_tau(refs: int) -> float:
@@ -310,6 +333,17 @@ POINTS: tuple[CalibrationPoint, ...] = (
         _tlt_realised_accept_length,
         fitted="traces/presets.py EAGLE_ACCEPT_TLT (an acceptance input, like Seer's Table 2 rows)",
         note="Table 6 is for a Qwen2.5-7B target; TLT publishes no accept length for the 32B run",
+    ),
+    CalibrationPoint(
+        "rhymerl-f17-acceptance-rate",
+        "RhymeRL (arXiv:2508.18588)",
+        "§7.2.2 / Fig. 17: acceptance rate 'remains 65%-79%' (low end: the first history epoch)",
+        "accepted / drafted tokens of the rhymerl policy replaying the rhymerl-math-14b-16k "
+        "preset, steps 32-35 (second epoch), quick layout",
+        "ratio",
+        0.65,
+        _rhymerl_realised_acceptance_rate,
+        fitted="traces/presets.py HISTORY_ACCEPT (an acceptance input; HISTORY_MAX realises 79%)",
     ),
     CalibrationPoint(
         "er-t2-7b-outside-rollout",

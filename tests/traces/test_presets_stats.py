@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from simctl.traces.generate import generate_trace
 from simctl.traces.presets import (
+    HISTORY_ACCEPT,
     HISTORY_EPOCH0_ACCEPT,
+    HISTORY_MAX,
     METHOD_SHAPES,
     PRESETS,
     SEER_TABLE2_LINEAR,
@@ -173,7 +175,9 @@ def test_history_is_floor_in_first_epoch() -> None:
         assert first.mean() == pytest.approx(HISTORY_EPOCH0_ACCEPT, abs=0.01)
     df = trace("rhymerl-math-14b-16k")
     means = df.groupby("epoch")["accept_history"].mean()
-    assert 0.6 < means[1] < means[2] < 0.8  # RhymeRL Fig. 17: 65-79%, rising
+    # per-token acceptance at which HistoSpec's AIMD windows realise RhymeRL Fig. 17's
+    # accepted/drafted rate of 65% in the first history epoch, rising towards 79%
+    assert HISTORY_ACCEPT - 0.02 < means[1] < means[2] < HISTORY_MAX + 0.02
 
 
 # --- tokens -----------------------------------------------------------------------------------
