@@ -43,9 +43,10 @@ def _trace(seed: int, steps: int = 3, n: int = 96):
 
 
 def _both(policy: str, seed: int, **kw):
-    # TP1 workers: there W4 self-drafting pays off and EfficientRollout's toggle switches SD
-    # on (on TP4 its draft step costs ~0.7 of a decode step and it stays off)
-    kw.setdefault("cluster", "h100x16:tp1")
+    if policy.startswith("efficientrollout"):
+        # TP1 workers: there W4 self-drafting pays off and EfficientRollout's toggle switches
+        # SD on (on TP4 its draft step costs ~0.7 of a decode step and it stays off)
+        kw.setdefault("cluster", "h100x16:tp1")
     trace = _trace(seed)
     fast = run_policy(make_setup(trace, seed=seed, **kw), make_policy(policy))
     every = run_policy(make_setup(trace, seed=seed, **kw), _EveryTick(make_policy(policy)))
@@ -63,7 +64,14 @@ def _assert_same(fast, every) -> None:
     for a, b in zip(fast.steps, every.steps, strict=True):
         da, db = a.to_dict(), b.to_dict()
         assert da.pop("gpu_idle_fraction") == pytest.approx(db.pop("gpu_idle_fraction"), abs=1e-12)
-        assert da == db
+        # equal up to the last bits: a block that stops at a delivered Tick sums its
+        # iterations in two parts (the same rounding bench/check_sim_identity.py --loose allows)
+        assert da.keys() == db.keys()
+        for key, value in da.items():
+            if isinstance(value, float):
+                assert value == pytest.approx(db[key], rel=1e-12), key
+            else:
+                assert value == db[key], key
     assert _busy(fast) == pytest.approx(_busy(every), rel=1e-12)
     iters = [int(pd.concat(r.timeline)["iterations"].sum()) for r in (fast, every)]
     assert iters[0] == iters[1]
