@@ -211,7 +211,7 @@ def calibration_table(rows: Sequence[CalibrationRow]) -> str:
         f"<tr><td>{_e(r.paper)}<br><code>{_e(r.id)}</code><br><span class='note'>{_e(r.source)}</span></td>"
         f"<td>{_e(r.quantity)}<br><span class='note'>{_e('fitted: ' + r.fitted if r.fitted else 'check')}"
         f"{_e('; ' + r.note if r.note else '')}</span></td>"
-        f"<td class='num'>{r.paper_value:.4g} {_e(r.unit)}</td>"
+        f"<td class='num'>{'&le; ' if r.at_most else ''}{r.paper_value:.4g} {_e(r.unit)}</td>"
         f"<td class='num'>{r.simctl:.4g} {_e(r.unit)}</td>"
         f"<td class='num' style='background:{'#d9f2d9' if r.within_tolerance else '#fde0dc'}'>"
         f"{r.error:+.1%}</td></tr>"

@@ -75,7 +75,7 @@ def print_calibration(rows: Sequence[CalibrationRow]) -> None:
     for r in rows:
         mark = " " if r.within_tolerance else "!"
         click.echo(
-            f" {mark} {r.id:32s} paper {r.paper_value:8.4g} {r.unit:6s} "
+            f" {mark} {r.id:32s} paper {'<=' if r.at_most else '  '}{r.paper_value:6.4g} {r.unit:6s} "
             f"simctl {r.simctl:8.4g} {r.error:+7.1%}"
         )
 
