@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -230,12 +230,48 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
         return
     if address:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
-    else:
-        start_local_ray(num_cpus)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+        return
+    before = {proc.pid for proc in _descendants()}
+    start_local_ray(num_cpus)
     try:
         yield
     finally:
+        # the local instance's processes, listed before shutdown orphans them
+        started = [proc for proc in _descendants() if proc.pid not in before]
         ray.shutdown()
+        _reap(started)
+
+
+def _descendants() -> list[Any]:
+    """This process's descendants (empty without psutil, an optional dependency)."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    return list(psutil.Process().children(recursive=True))
+
+
+def _reap(procs: list[Any], grace_s: float = 5.0) -> None:
+    """Stop what `ray.shutdown()` leaves of a local instance simctl started. Ray's node
+    agents (dashboard agent, runtime-env agent) are the raylet's children and exit only once
+    they notice it is gone, which took over 20 s on a loaded 2-core machine when a sweep was
+    killed moments after Ray started: a killed sweep must not leave processes behind."""
+    if not procs:
+        return
+    import psutil
+
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(alive, timeout=grace_s)
+    for proc in alive:
+        with suppress(psutil.NoSuchProcess):
+            proc.kill()
 
 
 def start_local_ray(num_cpus: int | None) -> None:
