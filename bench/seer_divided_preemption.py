@@ -4,7 +4,7 @@ Seer (arXiv:2511.14617) Table 6 credits divided rollout alone with 1.27x / 1.31x
 (Moonlight / Qwen2-VL-72B / Kimi-K2) over its baseline, from two effects (§4.2, §6.3):
 load balance across instances, and no preemption where "insufficient KVCache capacity
 causes frequent request preemptions" (Fig. 3, Qwen2-VL-72B). This script replays each Table
-6 experiment's baseline (`verl`) and rung (`seer-divided`) on the quick layout, step 4, seed 0
+6 experiment's baseline (`verl`) and rung (`seer-divided`) on the paper's layout, step 4, seed 0
 (as `simctl reproduce seer --quick` does) and prints, per run, the rollout makespan and
 throughput, the preemptions, the seconds spent recomputing preempted context, the busy
 GPU-seconds and the idle fraction.

@@ -94,7 +94,7 @@ _TLT_ACCEPT_7B = 6.53
 
 # TLT Table 6's accept length is what TLT realised in its RL rollouts, so simctl's value is
 # what the `tlt` policy realises replaying the TLT preset: steps 1-3 after a warm-up step
-# (the end-to-end experiment's steps, §6.1), seed 0, on the quick layout (a quarter of the
+# (the end-to-end experiment's steps, §6.1), seed 0, on a quarter-scale layout (a quarter of the
 # prompts on a quarter of the 64 GPUs).
 _TLT_PRESET, _TLT_SCALE, _TLT_STEPS = "tlt-qwen32b-32k", 0.25, (1, 2, 3)
 
@@ -377,7 +377,8 @@ POINTS: tuple[CalibrationPoint, ...] = (
         "tlt-t6-accept-length",
         _TLT,
         "Table 6, RL training: accept length 4.59 (Target-Base) .. 6.53 (Target-R), midpoint",
-        "mean accept length of the tlt policy replaying the tlt-qwen32b-32k preset, steps 1-3, quick layout",
+        "mean accept length of the tlt policy replaying the tlt-qwen32b-32k preset, steps 1-3, "
+        "quarter-scale layout",
         "tokens",
         round((4.59 + 6.53) / 2, 2),
         _tlt_realised_accept_length,
@@ -389,7 +390,7 @@ POINTS: tuple[CalibrationPoint, ...] = (
         "RhymeRL (arXiv:2508.18588)",
         "§7.2.2 / Fig. 17: acceptance rate 'remains 65%-79%' (low end: the first history epoch)",
         "accepted / drafted tokens of the rhymerl policy replaying the rhymerl-math-14b-16k "
-        "preset, steps 32-35 (second epoch), quick layout",
+        "preset, steps 32-35 (second epoch), eighth-scale layout",
         "ratio",
         0.65,
         _rhymerl_realised_acceptance_rate,

@@ -71,7 +71,7 @@ class Scale:
     """One way to run an experiment: trace scale, cluster, steps and seeds."""
 
     trace_scale: float  # fraction of the preset's prompts per step
-    cluster: str  # cluster spec (the paper's layout, scaled with the prompts)
+    cluster: str  # cluster spec (the paper's layout; scaled with the prompts where trace_scale < 1)
     steps: tuple[int, ...]  # measured steps
     warmup: tuple[int, ...] = ()  # replayed before the measured steps, not measured
     seeds: int = 1
@@ -134,10 +134,10 @@ def _x2(spec: str) -> str:
 _SA = "dapo-32b-20k"
 # §5.1: "uniformly sample at least 10% of all training steps" of the 200-step trace.
 _SA_FULL = Scale(1.0, _layout(_SA, 1.0), tuple(range(0, 200, 10)), seeds=3)
-_SA_QUICK = Scale(1 / 8, _layout(_SA, 1 / 8), (0, 100, 199), seeds=2)
+_SA_QUICK = Scale(1.0, _SA_FULL.cluster, (0, 100, 199), seeds=2)
 _SA_FULL_2X = Scale(1.0, _SA_FULL.cluster, _SA_FULL.steps, seeds=3, baseline_cluster=_x2(_SA_FULL.cluster))
 _SA_QUICK_2X = Scale(
-    1 / 8, _SA_QUICK.cluster, _SA_QUICK.steps, seeds=2, baseline_cluster=_x2(_SA_QUICK.cluster)
+    1.0, _SA_QUICK.cluster, _SA_QUICK.steps, seeds=2, baseline_cluster=_x2(_SA_QUICK.cluster)
 )
 _VANILLA = PaperValue(
     1.0,
@@ -247,10 +247,10 @@ SPEACTOR = (
 
 # --- Seer (§6.1-§6.3) -------------------------------------------------------------------------
 
-_SEER_MODELS = {  # preset, quick scale, Table 6 (divided, + context, + grouped SD)
-    "moonlight": ("seer-moonlight-64k", 1 / 4, (1.27, 1.33, 1.77)),
-    "qwen2vl": ("seer-qwen2vl-72b-40k", 1 / 4, (1.31, 1.44, 1.87)),
-    "kimi": ("seer-kimi-k2-96k", 1 / 4, (1.35, 1.47, 1.77)),
+_SEER_MODELS = {  # preset, Table 6 (divided, + context, + grouped SD)
+    "moonlight": ("seer-moonlight-64k", (1.27, 1.33, 1.77)),
+    "qwen2vl": ("seer-qwen2vl-72b-40k", (1.31, 1.44, 1.87)),
+    "kimi": ("seer-kimi-k2-96k", (1.35, 1.47, 1.77)),
 }
 _SEER_LADDER = (
     ("divided", "+ divided rollout", "seer-divided"),
@@ -260,20 +260,20 @@ _SEER_LADDER = (
 
 
 def _seer_scales(
-    preset: str, quick: float, steps: tuple[int, ...], qsteps: tuple[int, ...], qseeds: int
+    preset: str, steps: tuple[int, ...], qsteps: tuple[int, ...], qseeds: int
 ) -> tuple[Scale | None, Scale | None]:
     spec = layout_for(preset)
     if spec is None:
         return None, None
-    return Scale(1.0, spec, steps, seeds=3), Scale(quick, _layout(preset, quick), qsteps, seeds=qseeds)
+    return Scale(1.0, spec, steps, seeds=3), Scale(1.0, spec, qsteps, seeds=qseeds)
 
 
 def _seer(model: str) -> tuple[Experiment, ...]:
-    preset, quick, table6 = _SEER_MODELS[model]
+    preset, table6 = _SEER_MODELS[model]
     why = NOT_EXPRESSIBLE.get(preset)
     # §6.2.1: 10 iterations per task; Table 6: the 5th iteration (step 4).
-    full, qk = _seer_scales(preset, quick, tuple(range(10)), tuple(range(5)), 2)
-    t6_full, t6_quick = _seer_scales(preset, quick, (4,), (4,), 4)
+    full, qk = _seer_scales(preset, tuple(range(10)), tuple(range(3)), 2)
+    t6_full, t6_quick = _seer_scales(preset, (4,), (4,), 2)
     out = [
         Experiment(
             "seer",
@@ -332,7 +332,7 @@ SEER = _seer("moonlight") + _seer("qwen2vl") + _seer("kimi")
 _TLT = "tlt-qwen32b-32k"
 # §6.1: "average results over three training steps following an initial warm-up step".
 _TLT_FULL = Scale(1.0, _layout(_TLT, 1.0), (1, 2, 3), warmup=(0,), seeds=3)
-_TLT_QUICK = Scale(1 / 4, _layout(_TLT, 1 / 4), (1, 2, 3), warmup=(0,), seeds=2)
+_TLT_QUICK = Scale(1.0, _TLT_FULL.cluster, (1, 2, 3), warmup=(0,), seeds=2)
 
 TLT = (
     Experiment(
@@ -373,7 +373,7 @@ _RR = "rhymerl-math-14b-16k"
 # Epoch 0 (32 steps) builds the history HistoSpec and HistoPipe need (§6.2: not enabled in
 # the first epoch); the second epoch is measured.
 _RR_FULL = Scale(1.0, _layout(_RR, 1.0), tuple(range(32, 64)), warmup=tuple(range(32)), seeds=3)
-_RR_QUICK = Scale(1 / 8, _layout(_RR, 1 / 8), tuple(range(32, 36)), warmup=tuple(range(32)), seeds=4)
+_RR_QUICK = Scale(1.0, _RR_FULL.cluster, tuple(range(32, 36)), warmup=tuple(range(32)), seeds=2)
 
 
 def _rhymerl(id_: str, title: str, base: str, pol: str, value: PaperValue, ladder: str | None) -> Experiment:

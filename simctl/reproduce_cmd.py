@@ -92,7 +92,7 @@ def document(results: Sequence[Result], meta: dict, calibration: Sequence[Calibr
 @click.command("reproduce")
 @click.argument("paper")
 @click.option(
-    "--quick", is_flag=True, help="Reduced scale: fewer seeds and steps, layouts scaled with the prompts."
+    "--quick", is_flag=True, help="Fewer seeds and steps, on the papers' layouts (about 5 minutes)."
 )
 @click.option(
     "--seeds", type=click.IntRange(1, 1000), help="Seeds per experiment (default: the experiment's)."
@@ -112,6 +112,11 @@ def document(results: Sequence[Result], meta: dict, calibration: Sequence[Calibr
     show_default=True,
     help="Sweep each missed experiment over its paper's unpublished input (sim/sensitivity.py).",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 256),
+    help="Presets replayed side by side, one process each, same results [default: the cores].",
+)
 def reproduce_cmd(
     paper: str,
     quick: bool,
@@ -119,11 +124,15 @@ def reproduce_cmd(
     report_dir: Path | None,
     json_path: Path | None,
     sensitivity: bool,
+    jobs: int | None,
 ) -> None:
     """Run PAPER's headline experiments (or all: speactor, seer, tlt, rhymerl,
     efficientrollout) and compare with the paper's values. Without --quick this is a
     benchmark (the papers' full layouts, tens of minutes)."""
     from simctl.reproduce_runner import run_experiments
+    from simctl.sweep_runner import default_workers
+
+    jobs = jobs if jobs is not None else default_workers()
 
     name = check_paper(paper)
     if json_path:
@@ -132,7 +141,12 @@ def reproduce_cmd(
         check_report(report_dir)
     t0 = time.perf_counter()
     results = run_experiments(
-        experiments_of(name), quick=quick, seeds=seeds, verbose=sys.stderr.isatty(), sensitivity=sensitivity
+        experiments_of(name),
+        quick=quick,
+        seeds=seeds,
+        verbose=sys.stderr.isatty(),
+        sensitivity=sensitivity,
+        jobs=jobs,
     )
     meta = {
         **command_provenance(),
@@ -140,6 +154,7 @@ def reproduce_cmd(
         "mode": "quick" if quick else "full",
         "seeds": seeds if seeds is not None else "per experiment",
         "sensitivity": sensitivity,
+        "jobs": jobs,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     print_table(results)

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import DEFAULT_PARAMS, load_cost_model
@@ -196,22 +199,50 @@ def run_experiment(
         return dataclasses.replace(result, reason=f"sensitivity sweep failed: {str(exc).splitlines()[0]}")
 
 
+def _by_preset(experiments: Iterable[Experiment]) -> list[list[Experiment]]:
+    """Consecutive experiments of one preset: they share traces and replays, others none."""
+    groups: list[list[Experiment]] = []
+    for e in experiments:
+        if groups and groups[-1][0].preset == e.preset:
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    return groups
+
+
+def _run_group(
+    group: Sequence[Experiment], quick: bool, seeds: int | None, verbose: bool, sensitivity: bool
+) -> list[Result]:
+    runner = Runner(
+        log=(lambda msg: print(msg, file=sys.stderr, flush=True)) if verbose else (lambda _m: None)
+    )
+    return [run_experiment(runner, e, quick, seeds, sensitivity) for e in group]
+
+
+def _single_threaded() -> None:
+    """Pool processes keep numeric libraries to one thread: the processes use the cores."""
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+
+
 def run_experiments(
     experiments: Iterable[Experiment],
     quick: bool,
     seeds: int | None = None,
     verbose: bool = False,
     sensitivity: bool = True,
+    jobs: int = 1,
 ) -> list[Result]:
-    """Every experiment in order; replays shared between them run once."""
-    runner = Runner(
-        log=(lambda msg: print(msg, file=sys.stderr, flush=True)) if verbose else (lambda _m: None)
-    )
-    results, preset = [], None
-    for e in experiments:
-        if e.preset != preset:  # experiments come grouped by preset: free the last one's traces
-            runner.traces.clear()
-            runner.outcomes.clear()
-            preset = e.preset
-        results.append(run_experiment(runner, e, quick, seeds, sensitivity))
-    return results
+    """Every experiment, results in their order; replays shared between them run once.
+
+    Experiments of one preset share a Runner (traces, replays); each preset's group starts
+    from nothing, so with `jobs` > 1 the groups run in up to `jobs` spawned processes with
+    exactly the results of running them one after another (every draw is seeded per run)."""
+    groups = _by_preset(experiments)
+    if jobs <= 1 or len(groups) <= 1:
+        return [r for g in groups for r in _run_group(g, quick, seeds, verbose, sensitivity)]
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(groups)), mp_context=get_context("spawn"), initializer=_single_threaded
+    ) as pool:
+        futures = [pool.submit(_run_group, g, quick, seeds, verbose, sensitivity) for g in groups]
+        return [r for fut in futures for r in fut.result()]

@@ -227,7 +227,7 @@ EAGLE_ACCEPT_T1 = per_token_acceptance(2.1, 3)  # -> ~0.58
 # midpoint 5.56. That is the accept length TLT measured in its own rollouts, so it is matched
 # where simctl measures the same statistic: the mean accept length (tokens per verification,
 # bonus included) of the `tlt` policy replaying this preset, steps 1-3 after a warm-up step,
-# on the quick layout (sim/calibration_points.py "tlt-t6-accept-length" recomputes it). The
+# on a quarter-scale layout (sim/calibration_points.py "tlt-t6-accept-length" recomputes it). The
 # chain (top-1) acceptance below gives 5.56 there (0.88: 5.49, 0.89: 5.74; the bandit makes
 # it noisy). A static tree calculation (depth 10, topK 8, 32 tokens: 0.665 -> 5.56), the
 # value before, overstates what the
@@ -244,7 +244,7 @@ DRAFT_MEDIUM_ACCEPT = 0.66
 # among the draft, remains 65%-79% and also increases as training continues". That is
 # accepted / drafted under HistoSpec's AIMD draft windows, not a per-token acceptance: the
 # values below are the per-token (chain) acceptances at which the `rhymerl` policy realises
-# 65% and 79% replaying the rhymerl-math-14b-16k preset (quick layout, seed 0, first history
+# 65% and 79% replaying the rhymerl-math-14b-16k preset (eighth-scale layout, seed 0, first history
 # epoch; sim/calibration_points.py "rhymerl-f17-acceptance-rate" recomputes the first).
 # Per-token 0.65, the value before, realised 36%. Used from the second epoch on, rising
 # linearly to the 79% level after 8 epochs (Fig. 6a spans 8 epochs: the pace is assumed).
