@@ -237,13 +237,15 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
         return
     before = {proc.pid for proc in _descendants()}
     start_local_ray(num_cpus)
+    # The local instance's processes, listed now and again on leaving: a SIGTERM can orphan
+    # the raylet's agents (Ray's own handler stops the raylet) before `finally` runs.
+    started = {proc.pid: proc for proc in _descendants() if proc.pid not in before}
     try:
         yield
     finally:
-        # the local instance's processes, listed before shutdown orphans them
-        started = [proc for proc in _descendants() if proc.pid not in before]
+        started.update((proc.pid, proc) for proc in _descendants() if proc.pid not in before)
         ray.shutdown()
-        _reap(started)
+        _reap(list(started.values()))
 
 
 def _descendants() -> list[Any]:
