@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -237,13 +238,24 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
         return
     before = {proc.pid for proc in _descendants()}
     start_local_ray(num_cpus)
-    # The local instance's processes, listed now and again on leaving: a SIGTERM can orphan
-    # the raylet's agents (Ray's own handler stops the raylet) before `finally` runs.
-    started = {proc.pid: proc for proc in _descendants() if proc.pid not in before}
+    # The local instance's processes, listed while it runs (the raylet starts its agents
+    # after ray.init returns, and a SIGTERM can orphan them before `finally` runs).
+    started: dict[int, Any] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while True:
+            started.update((proc.pid, proc) for proc in _descendants() if proc.pid not in before)
+            if stop.wait(0.25):
+                return
+
+    watcher = threading.Thread(target=watch, name="simctl-ray-processes", daemon=True)
+    watcher.start()
     try:
         yield
     finally:
-        started.update((proc.pid, proc) for proc in _descendants() if proc.pid not in before)
+        stop.set()
+        watcher.join()
         ray.shutdown()
         _reap(list(started.values()))
 
