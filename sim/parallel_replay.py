@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 Run = TypeVar("Run")
 
 
-def _single_threaded() -> None:
+def single_threaded() -> None:
     """Pool processes keep numeric libraries to one thread: the processes use the cores."""
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"
@@ -53,7 +53,7 @@ def replay_parallel(
         return runs
     futures: dict[int, Future[Run]] = {}
     with ProcessPoolExecutor(
-        max_workers=min(jobs, len(strings)), mp_context=get_context("spawn"), initializer=_single_threaded
+        max_workers=min(jobs, len(strings)), mp_context=get_context("spawn"), initializer=single_threaded
     ) as pool:
         for i, spec in enumerate(specs):
             if isinstance(spec, str):

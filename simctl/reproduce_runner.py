@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -32,6 +31,7 @@ from simctl.sim.engine import SimError
 from simctl.sim.experiments import PIPELINED_POLICIES, Experiment, Scale
 from simctl.sim.metrics import StepMetrics
 from simctl.sim.models import get_model
+from simctl.sim.parallel_replay import single_threaded
 from simctl.sim.pipeline import pipeline_seconds
 from simctl.sim.replay import ReplaySetup, run_policy
 from simctl.sim.reproduce_stats import Result, finished
@@ -219,12 +219,6 @@ def _run_group(
     return [run_experiment(runner, e, quick, seeds, sensitivity) for e in group]
 
 
-def _single_threaded() -> None:
-    """Pool processes keep numeric libraries to one thread: the processes use the cores."""
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = "1"
-
-
 def run_experiments(
     experiments: Iterable[Experiment],
     quick: bool,
@@ -242,7 +236,7 @@ def run_experiments(
     if jobs <= 1 or len(groups) <= 1:
         return [r for g in groups for r in _run_group(g, quick, seeds, verbose, sensitivity)]
     with ProcessPoolExecutor(
-        max_workers=min(jobs, len(groups)), mp_context=get_context("spawn"), initializer=_single_threaded
+        max_workers=min(jobs, len(groups)), mp_context=get_context("spawn"), initializer=single_threaded
     ) as pool:
         futures = [pool.submit(_run_group, g, quick, seeds, verbose, sensitivity) for g in groups]
         return [r for fut in futures for r in fut.result()]
