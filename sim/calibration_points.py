@@ -102,45 +102,40 @@ _TLT_PRESET, _TLT_SCALE, _TLT_STEPS = "tlt-qwen32b-32k", 0.25, (1, 2, 3)
 @cache
 def _tlt_realised_accept_length() -> float:
     """Mean accept length (tokens per verification, bonus included) of the `tlt` policy."""
-    run = _replay(_TLT_PRESET, _TLT_SCALE, max(_TLT_STEPS) + 1, "tlt")
+    run = _preset_replay(_TLT_PRESET, _TLT_SCALE, max(_TLT_STEPS) + 1, "tlt")
     lengths = [m.mean_accept_len for m in run.steps if m.step in _TLT_STEPS]
     return float(sum(x for x in lengths if x is not None) / len(lengths))
 
 
 # RhymeRL Fig. 17's acceptance rate (accepted / drafted) is what HistoSpec realised, so
 # simctl's value is what the `rhymerl` policy realises replaying the RhymeRL preset: the
-# first four steps of the second epoch (the first with history), seed 0, on the quick
+# first four steps of the second epoch (the first with history), seed 0, on an eighth-scale
 # layout, after the 32 steps of the first epoch that build the history.
 _RR_PRESET, _RR_SCALE, _RR_STEPS = "rhymerl-math-14b-16k", 0.125, (32, 33, 34, 35)
 
 
-def _replay(
-    preset: str, scale: float, steps: int, policy: str, layout: str | None = None, trace: Any = None
-) -> Any:
-    """`policy` replaying the first `steps` steps of `preset` (seed 0) on its scaled layout
-    (or `layout`), or replaying `trace` when given."""
+def _replay(trace: Any, layout: str, policy: str) -> Any:
+    """`policy` replaying every step of `trace` on `layout`, seed 0."""
     from simctl.sim.cluster import parse_cluster
     from simctl.sim.cost_model import load_cost_model
     from simctl.sim.replay import ReplaySetup, run_policy
+
+    spec, model = parse_cluster(layout), get_model(trace.meta.model)
+    cost = load_cost_model(model, spec)
+    setup = ReplaySetup(trace=trace, cluster=spec, model=model, cost=cost, steps=trace.steps, seed=0)
+    return run_policy(setup, policy)
+
+
+def _preset_replay(preset: str, scale: float, steps: int, policy: str) -> Any:
+    """`policy` replaying the first `steps` steps of `preset` (seed 0) on its scaled layout."""
     from simctl.traces.generate import generate_trace
     from simctl.traces.io import Trace
     from simctl.traces.layouts import layout_for
 
-    if trace is None:
-        df, meta, lists = generate_trace(preset, steps, 0, scale=scale)
-        trace = Trace(df=df, meta=meta, lists=lists)
-    layout = layout or layout_for(preset, scale)
+    df, meta, lists = generate_trace(preset, steps, 0, scale=scale)
+    layout = layout_for(preset, scale)
     assert layout is not None
-    spec, model = parse_cluster(layout), get_model(trace.meta.model)
-    setup = ReplaySetup(
-        trace=trace,
-        cluster=spec,
-        model=model,
-        cost=load_cost_model(model, spec),
-        steps=list(range(steps)),
-        seed=0,
-    )
-    return run_policy(setup, policy)
+    return _replay(Trace(df=df, meta=meta, lists=lists), layout, policy)
 
 
 # SpecActor Fig. 5b: generation of at most 4,096 tokens at a per-worker batch of 128, Qwen2.5-
@@ -166,7 +161,7 @@ def _speactor_fig5b_speedup() -> float:
     df["max_tokens"] = np.full(len(df), _FIG5B_TOKENS, dtype=df["max_tokens"].dtype)
     df["finish_reason"] = np.where(clipped, "length", df["finish_reason"])
     trace = Trace(df=df.reset_index(drop=True), meta=meta, lists={})
-    runs = [_replay("dapo-32b-20k", 1.0, 1, p, "h800x4:tp4", trace) for p in ("verl", "spec-coupled")]
+    runs = [_replay(trace, "h800x4:tp4", p) for p in ("verl", "spec-coupled")]
     plain, spec = (r.steps[0].rollout_makespan_s for r in runs)
     return float(plain / spec)
 
@@ -176,7 +171,7 @@ def _rhymerl_realised_acceptance_rate() -> float:
     """Accepted / drafted tokens of the `rhymerl` policy over the measured steps."""
     import pandas as pd
 
-    req = pd.concat(_replay(_RR_PRESET, _RR_SCALE, max(_RR_STEPS) + 1, "rhymerl").requests)
+    req = pd.concat(_preset_replay(_RR_PRESET, _RR_SCALE, max(_RR_STEPS) + 1, "rhymerl").requests)
     req = req[req["step"].isin(_RR_STEPS)]
     return float(req["accepted"].sum() / req["drafted"].sum())
 

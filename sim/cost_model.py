@@ -164,7 +164,7 @@ class RooflineParams:
     # = 1.37 for a 4-token verify where the roofline gives 1.00; vLLM's timer books it with
     # verification, simctl with drafting: the cycle's sum is what the simulator prices).
     # Checked against TLT Tables 1, 2 and 7 (SGLang EAGLE trees, H100/A100, batch 1: the
-    # measured cycles leave 3.1-5.4 ms over drafting + verification), see
+    # measured cycles leave 3.1-5.7 ms over drafting + verification), see
     # sim/calibration_points.py. Model-free drafters (n-gram, suffix, history) do not pay
     # it: no published measurement shows one, and they have no draft forward to prepare.
     # A cycle with no sequences costs nothing.
