@@ -11,6 +11,7 @@ swapped in whole (traces/atomic.py).
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,16 @@ def reach_line(c: Curve) -> str:
             f"(calibrated: {_g(c.calibrated)})"
         )
     return f"reaches the paper's range at {name} = {_g(c.reaches_paper_at)} (calibrated: {_g(c.calibrated)})"
+
+
+def idle_line(c: Curve) -> str:
+    """The baseline's GPU idle share at each swept value (what a paper's own idleness
+    measurement can be set against), or nothing for a curve without it."""
+    pairs = [(x, i) for x, i in zip(c.values, c.baseline_idle, strict=False) if math.isfinite(i)]
+    if not pairs:
+        return ""
+    name = c.input.split(":", 1)[1]
+    return " Baseline GPU idle: " + ", ".join(f"{_g(x)}: {i:.0%}" for x, i in pairs) + f" (by {name})."
 
 
 def _run_note(r: Result) -> str:
@@ -194,7 +205,8 @@ def _sensitivity_section(results: Sequence[Result], figures: Mapping[str, Path],
             f"<figcaption><b>{_e(r.experiment.id)}</b> "
             f"({_e(r.verdict)}), input <code>{_e(c.input)}</code> ({_e(c.label)}): {_e(reach_line(c))}."
             f"<br><span class='note'>Why this input: {_e(c.why)} "
-            f"Curve: seed 0, steps {_e(steps)}, linear between grid points.</span></figcaption></figure>"
+            f"Curve: seed 0, steps {_e(steps)}, linear between grid points.{_e(idle_line(c))}</span>"
+            "</figcaption></figure>"
         )
     return (
         '<section id="sensitivity"><h2>Sensitivity of the misses</h2><p>For each experiment outside '

@@ -97,6 +97,9 @@ class Experiment:
     ladder: str | None = None  # experiments of one ladder are shown side by side, in order
     not_expressible: str | None = None
     note: str = ""
+    # The unpublished input a miss is swept over (a key of sim/sensitivity.py SENSITIVITIES);
+    # None: its paper's.
+    sensitivity: str | None = None
 
 
 def rounded(value: float, digits: int) -> tuple[float, float]:
@@ -319,6 +322,8 @@ def _seer(model: str) -> tuple[Experiment, ...]:
                 t6_quick,
                 ladder=f"seer-table6-{model}",
                 not_expressible=why,
+                # divided rollout and context scheduling read no draft acceptance
+                sensitivity=None if policy == "seer" else "seer-memory",
             )
         )
     return tuple(out)
@@ -389,6 +394,8 @@ def _rhymerl(id_: str, title: str, base: str, pol: str, value: PaperValue, ladde
         _RR_FULL,
         _RR_QUICK,
         ladder=ladder,
+        # HistoPipe and two-tier scheduling read no draft acceptance: the lengths they schedule
+        sensitivity="rhymerl-lengths" if pol in ("rhymerl-pipe", "rhymerl-pipe-2tier") else None,
     )
 
 

@@ -15,6 +15,21 @@ values swept, and the explicit transform that applies a value to a run:
 ``cost:<field>``  a field of the roofline cost model's fitted terms
     (sim/cost_model.py RooflineParams), replaced for the run; only fields the docs mark as
     estimates qualify, never a datasheet number or a published micro-measurement.
+``gen:<field>``  a numeric parameter of the experiment's trace preset (traces/presets.py)
+    that the preset marks as assumed (the spread of response lengths, their correlation
+    within a group): the trace is generated again, same seed, with that parameter changed.
+    Every policy reads the trace, the baselines included. This is how scheduling-only
+    policies (divided rollout, HistoPipe) get a curve: they read no acceptance or drafter
+    cost, only the lengths they schedule.
+
+``cluster:gpu_mem_util``  the share of GPU memory the serving engine takes for weights and
+    KV cache (sim/cluster.py), for every run of the experiment, the baseline's included:
+    how soon a long-generation batch runs out of KV cache and preempts (Seer §2.2).
+
+Most experiments sweep their paper's input; an experiment may name another
+(`Experiment.sensitivity`). A `gen:` or `cluster:` input's calibrated value is the
+experiment's own preset's or layout's (`Sensitivity.at`). A point at which the model no
+longer fits (too little memory) is left out of the curve.
 
 The calibrated point of a curve is the experiment's own run (seed 0, same steps), so the
 curve passes through what the table shows for that seed. A policy that never speculates
@@ -38,11 +53,25 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from simctl.sim.cluster import ClusterSpec, parse_cluster
 from simctl.sim.cost_model import DEFAULT_PARAMS, RooflineParams
 from simctl.sim.experiments import Experiment
+from simctl.traces.generate import generate_trace
 from simctl.traces.io import Trace
 from simctl.traces.presets import get_preset
 from simctl.traces.schema import KNOWN_METHODS, accept_column, bucket_column
+
+# Preset parameters a `gen:` input may move, each with the values it may take: only those
+# every preset marks as assumed (traces/presets.py comments) and that no paper publishes.
+GEN_FIELDS: Mapping[str, tuple[float, float]] = MappingProxyType(
+    {
+        "len_sigma": (0.05, 3.0),  # log-normal spread of response lengths
+        "icc": (0.0, 0.99),  # share of that spread common to a prompt's group
+    }
+)
+
+# Cluster fields a `cluster:` input may move, with the (open, closed] range of values.
+CLUSTER_FIELDS: Mapping[str, tuple[float, float]] = MappingProxyType({"gpu_mem_util": (0.0, 1.0)})
 
 # Policies that never speculate: acceptance and drafter cost cannot change their replays
 # (tests/sim/test_sensitivity.py replays each under a changed input and compares).
@@ -79,8 +108,25 @@ class Sensitivity:
         elif kind == "cost":
             if name not in {f.name for f in dataclasses.fields(RooflineParams)}:
                 raise ValueError(f"sensitivity input {self.input!r}: no cost-model field {name!r}")
+        elif kind == "gen":
+            if name not in GEN_FIELDS:
+                raise ValueError(
+                    f"sensitivity input {self.input!r}: not an assumed preset parameter "
+                    f"(one of {', '.join(sorted(GEN_FIELDS))})"
+                )
+            lo, hi = GEN_FIELDS[name]
+            bad = [v for v in (self.calibrated, *self.quick_grid, *self.full_grid) if not lo <= v <= hi]
+            if bad:
+                raise ValueError(f"sensitivity input {self.input!r}: {bad[0]} outside [{lo}, {hi}]")
+        elif kind == "cluster":
+            if name not in CLUSTER_FIELDS:
+                raise ValueError(f"sensitivity input {self.input!r}: no cluster field {name!r} to sweep")
+            lo, hi = CLUSTER_FIELDS[name]
+            bad = [v for v in (self.calibrated, *self.quick_grid, *self.full_grid) if not lo < v <= hi]
+            if bad:
+                raise ValueError(f"sensitivity input {self.input!r}: {bad[0]} outside ({lo}, {hi}]")
         else:
-            raise ValueError(f"sensitivity input {self.input!r}: kind must be accept or cost")
+            raise ValueError(f"sensitivity input {self.input!r}: kind must be accept, cost, gen or cluster")
 
     @property
     def kind(self) -> str:
@@ -103,8 +149,21 @@ class Sensitivity:
         return tuple(steps[start : start + k])
 
     def reads(self, policy: str) -> bool:
-        """Whether a replay of `policy` can depend on this input (else it is shared)."""
-        return policy.split(":", 1)[0] not in NON_SPECULATIVE
+        """Whether a replay of `policy` can depend on this input (else it is shared): every
+        policy reads its trace and its cluster, only speculation reads acceptance and cost."""
+        return self.kind in ("gen", "cluster") or policy.split(":", 1)[0] not in NON_SPECULATIVE
+
+    def at(self, preset: str, cluster: str) -> Sensitivity:
+        """This input as an experiment on `preset` and `cluster` runs it: a `gen:` input's
+        calibrated value is the preset's own, a `cluster:` input's the layout's (accept and
+        cost inputs have one value for the paper)."""
+        if self.kind == "gen":
+            value = float(getattr(get_preset(preset), self.name))
+        elif self.kind == "cluster":
+            value = float(getattr(parse_cluster(cluster), self.name))
+        else:
+            return self
+        return self if value == self.calibrated else dataclasses.replace(self, calibrated=value)
 
 
 def _pct(method: str, preset: str) -> float:
@@ -169,13 +228,42 @@ SENSITIVITIES: Mapping[str, Sensitivity] = MappingProxyType(
             "kernel overhead during rollout (Eq. 2's eta_D) is fitted but not published (App. E.3), "
             "so simctl estimates eta_D = 1.25 from Marlin kernel figures.",
         ),
+        # Inputs that experiments name (Experiment.sensitivity) instead of their paper's: the
+        # scheduling-only rungs read no acceptance or drafter cost.
+        "seer-memory": Sensitivity(
+            "cluster:gpu_mem_util",
+            "share of GPU memory the engine takes for weights and KV cache (every run)",
+            0.9,
+            (0.6, 0.75),
+            (0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85),
+            "Seer's divided rollout balances load and 'prevents preemption' (Fig. 1, §4.2); Fig. 3 "
+            "(Qwen2-VL-72B) shows 'insufficient KVCache capacity causes frequent request preemptions' "
+            "early in a baseline rollout. How much memory the baseline's engine leaves for KV cache is "
+            "not published: simctl's layouts take vLLM's default 0.9 (veRL's documented trainer config "
+            "sets 0.5 for a rollout engine colocated with training). Less memory, more preemption.",
+        ),
+        "rhymerl-lengths": Sensitivity(
+            "gen:len_sigma",
+            "log-normal spread of response lengths (trace generated again, same seed)",
+            1.0,
+            (0.6, 1.3),
+            (0.5, 0.6, 0.7, 0.8, 0.9, 1.1, 1.2, 1.3),
+            "HistoPipe's complementary order needs rollout times that are 'approximately linear' across "
+            "ranking groups; 'long-tailed rollouts (Fig. 3b) cause the time distributions to approximate "
+            "exponential patterns' (§6.4), which two-tier scheduling reshapes. Fig. 3b shows the lengths "
+            "only as a plot, so the preset assumes a spread (sigma 1.0), checked against the one number "
+            "given: veRL's 'over 46% GPU resource idleness' (§1).",
+        ),
     }
 )
 
 
 def sensitivity_for(e: Experiment) -> Sensitivity | None:
-    """The input swept for an experiment (its paper's), or None."""
-    return SENSITIVITIES.get(e.paper)
+    """The input swept for an experiment (the one it names, else its paper's) with the
+    experiment's own calibrated value, or None."""
+    s = SENSITIVITIES.get(e.sensitivity or e.paper)
+    scale = e.full or e.quick
+    return None if s is None or scale is None else s.at(e.preset, scale.cluster)
 
 
 # --- transforms -------------------------------------------------------------------------------
@@ -250,8 +338,31 @@ def cost_params(s: Sensitivity, value: float, base: RooflineParams = DEFAULT_PAR
 
 
 def apply_trace(s: Sensitivity, trace: Trace, value: float) -> Trace:
-    """The trace a run at `value` replays (unchanged for cost inputs)."""
+    """The trace a run at `value` replays, from the calibrated one (unchanged for cost and
+    cluster inputs; a `gen:` input generates its own, `generated`)."""
+    if s.kind == "gen":
+        raise ValueError(f"sensitivity input {s.input!r} generates its trace: use generated()")
     return with_acceptance(trace, s.name, value) if s.kind == "accept" else trace
+
+
+def generated(s: Sensitivity, preset: str, steps: int, seed: int, scale: float, value: float) -> Trace:
+    """The preset's trace generated with the `gen:` input at `value` (same seed and layout:
+    every other draw of the generator is its own stream, so only what the parameter shapes
+    moves)."""
+    changes: dict[str, Any] = {s.name: value}
+    varied = dataclasses.replace(get_preset(preset), **changes)
+    df, meta, lists = generate_trace(varied, steps, seed, scale=scale)
+    was = getattr(get_preset(preset), s.name)
+    notes = {**meta.notes, "sensitivity": f"{s.input} set to {value:g} (preset: {was:g})"}
+    return Trace(df=df, meta=dataclasses.replace(meta, notes=notes), lists=lists)
+
+
+def cluster_spec(s: Sensitivity, spec: ClusterSpec, value: float) -> ClusterSpec:
+    """The cluster a run at `value` uses (unchanged unless a `cluster:` input)."""
+    if s.kind != "cluster":
+        return spec
+    changes: dict[str, Any] = {s.name: value}
+    return dataclasses.replace(spec, **changes)
 
 
 # --- where a curve reaches the paper ----------------------------------------------------------
@@ -299,6 +410,9 @@ class Curve:
     seeds: int
     steps: tuple[int, ...]  # measured steps of the sweep (seed 0)
     why: str
+    # the baseline's GPU idle fraction at each value (NaN where it did not run): where a
+    # paper measured its baseline's idleness, the plausible part of the curve shows here
+    baseline_idle: tuple[float, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -307,6 +421,7 @@ class Curve:
             "calibrated": self.calibrated,
             "values": list(self.values),
             "metric": [m if math.isfinite(m) else None for m in self.metric],
+            "baseline_idle": [m if math.isfinite(m) else None for m in self.baseline_idle],
             "reaches_paper_at": self.reaches_paper_at,
             "seeds": self.seeds,
             "steps": list(self.steps),

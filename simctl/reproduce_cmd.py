@@ -110,7 +110,7 @@ def document(results: Sequence[Result], meta: dict, calibration: Sequence[Calibr
     "--sensitivity/--no-sensitivity",
     default=True,
     show_default=True,
-    help="Sweep each missed experiment over its paper's unpublished input (sim/sensitivity.py).",
+    help="Sweep each missed experiment over an unpublished input it reads (sim/sensitivity.py).",
 )
 @click.option(
     "--jobs",

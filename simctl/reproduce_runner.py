@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 
 from simctl.sim.cluster import parse_cluster
-from simctl.sim.cost_model import DEFAULT_PARAMS, load_cost_model
+from simctl.sim.cost_model import DEFAULT_PARAMS, CostModelError, load_cost_model
 from simctl.sim.engine import SimError
 from simctl.sim.experiments import PIPELINED_POLICIES, Experiment, Scale
 from simctl.sim.metrics import StepMetrics
@@ -35,7 +35,16 @@ from simctl.sim.parallel_replay import single_threaded
 from simctl.sim.pipeline import pipeline_seconds
 from simctl.sim.replay import ReplaySetup, run_policy
 from simctl.sim.reproduce_stats import Result, finished
-from simctl.sim.sensitivity import Curve, Sensitivity, apply_trace, cost_params, crossing, sensitivity_for
+from simctl.sim.sensitivity import (
+    Curve,
+    Sensitivity,
+    apply_trace,
+    cluster_spec,
+    cost_params,
+    crossing,
+    generated,
+    sensitivity_for,
+)
 from simctl.traces.generate import generate_trace
 from simctl.traces.io import Trace
 
@@ -68,6 +77,10 @@ class Runner:
                 preset, scale, steps, seed = key
                 df, meta, lists = generate_trace(preset, max(steps) + 1, seed, scale=scale)
                 self.traces[(key, None)] = Trace(df=df, meta=meta, lists=lists)
+            elif variant[0].kind == "gen":
+                preset, scale, steps, seed = key
+                s, value = variant
+                self.traces[(key, variant)] = generated(s, preset, max(steps) + 1, seed, scale, value)
             else:
                 self.traces[(key, variant)] = apply_trace(variant[0], self.trace(key), variant[1])
         return self.traces[(key, variant)]
@@ -100,6 +113,8 @@ class Runner:
 
 def _setup(trace: Trace, cluster: str, key: TraceKey, variant: Variant = None) -> ReplaySetup:
     spec = parse_cluster(cluster)
+    if variant is not None:
+        spec = cluster_spec(variant[0], spec, variant[1])
     model = get_model(trace.meta.model)
     params = DEFAULT_PARAMS if variant is None else cost_params(variant[0], variant[1])
     return ReplaySetup(
@@ -164,15 +179,37 @@ def sweep(runner: Runner, e: Experiment, s: Sensitivity, quick: bool) -> Curve:
     scale = dataclasses.replace(scale, steps=s.sweep_steps(scale.steps, quick))
     values = s.grid(quick)
     metric: list[float] = []
+    idle: list[float] = []
     if s.reads(e.policy) or s.reads(e.baseline):
         for v in values:
-            samples = _samples(runner, e, scale, 1, None if v == s.calibrated else (s, v))
+            variant: Variant = None if v == s.calibrated else (s, v)
+            try:
+                samples = _samples(runner, e, scale, 1, variant)
+            except CostModelError:  # the model does not fit at this value: no point
+                if variant is None:
+                    raise
+                metric.append(math.nan)
+                idle.append(math.nan)
+                continue
             finite = [x for _, _, x in samples if math.isfinite(x)]
             metric.append(sum(finite) / len(finite) if finite else math.nan)
+            idle.append(_baseline_idle(runner, e, scale, variant))
     else:
         values = ()  # neither run reads the input: no curve to draw
     reach = crossing(values, metric, e.value.lo, e.value.hi, s.calibrated) if values else None
-    return Curve(s.input, s.label, s.calibrated, values, tuple(metric), reach, 1, scale.steps, s.why)
+    return Curve(
+        s.input, s.label, s.calibrated, values, tuple(metric), reach, 1, scale.steps, s.why, tuple(idle)
+    )
+
+
+def _baseline_idle(runner: Runner, e: Experiment, scale: Scale, variant: Variant) -> float:
+    """The baseline's GPU idle fraction (mean over the measured steps, seed 0) at a point of
+    a sweep: what a paper's own idle measurement can be set against (RhymeRL §1: veRL idles
+    'over 46%'). Reads the replay the point already ran."""
+    key: TraceKey = (e.preset, scale.trace_scale, scale.replayed, 0)
+    pipe = scale.steps if e.metric == "training_throughput" else None
+    base = runner.outcome(key, scale.baseline_cluster or scale.cluster, e.baseline, pipe, variant)
+    return sum(base.steps[s].gpu_idle_fraction for s in scale.steps) / len(scale.steps)
 
 
 def run_experiment(

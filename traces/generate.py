@@ -456,15 +456,17 @@ def _meta(p: Preset, steps: int, seed: int, scale: float, lay: _Layout, buckets:
 
 
 def generate_trace(
-    preset: str, steps: int, seed: int, scale: float = 1.0, tokens: bool = False
+    preset: str | Preset, steps: int, seed: int, scale: float = 1.0, tokens: bool = False
 ) -> tuple[pd.DataFrame, TraceMeta, dict[str, pa.Array]]:
     """(scalar columns, provenance, list columns) of a synthetic trace.
 
+    `preset`: a preset's name, or a Preset (a registered one with an assumed parameter
+    changed: the sensitivity sweeps of sim/sensitivity.py).
     `scale` in (0, 1] multiplies the prompts per step (at least one; group size unchanged).
     List columns hold the position buckets (small traces) and, with tokens=True, the token
     ids; pass them as `lists=` to traces.io.write_trace.
     """
-    p = get_preset(preset)
+    p = get_preset(preset) if isinstance(preset, str) else preset
     _check_args(steps, seed, scale)
     check_size(p, steps, scale)
     lay = _layout(p, int(steps), scale, _rng(seed, _LAYOUT))

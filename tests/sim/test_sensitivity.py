@@ -23,6 +23,7 @@ from simctl.sim.sensitivity import (
     Sensitivity,
     cost_params,
     crossing,
+    generated,
     logit_shift,
     sensitivity_for,
     with_acceptance,
@@ -107,14 +108,40 @@ def test_crossing_lies_on_the_curve_inside_the_range(xs, ys, lo, width, cal) -> 
 
 
 def test_every_paper_declares_one_input_with_a_reason() -> None:
-    assert set(SENSITIVITIES) == set(PAPERS)
+    assert set(PAPERS) <= set(SENSITIVITIES)
     for paper, s in SENSITIVITIES.items():
         assert any(k in s.why for k in ("§", "Table", "Fig.")), paper
         assert s.calibrated in s.grid(True) and s.calibrated in s.grid(False)
         assert len(s.grid(False)) > len(s.grid(True)) >= 3
         assert list(s.grid(True)) == sorted(s.grid(True))
+    named = {e.sensitivity for e in EXPERIMENTS} - {None}
+    assert named == set(SENSITIVITIES) - set(PAPERS)  # every extra input is used
     for e in EXPERIMENTS:
-        assert sensitivity_for(e) is SENSITIVITIES[e.paper]
+        s = sensitivity_for(e)
+        assert s is not None and s.input == SENSITIVITIES[e.sensitivity or e.paper].input
+
+
+def test_scheduling_only_rungs_sweep_an_input_they_read() -> None:
+    """Divided rollout, context scheduling, HistoPipe and two-tier read no acceptance or
+    drafter cost: their misses are swept over memory or lengths, which every run reads."""
+    for e in EXPERIMENTS:
+        s = sensitivity_for(e)
+        assert s is not None
+        if e.policy in NON_SPECULATIVE:
+            assert s.kind in ("gen", "cluster") and s.reads(e.policy) and s.reads(e.baseline), e.id
+
+
+def test_layout_and_preset_inputs_take_the_experiments_own_calibrated_value() -> None:
+    from simctl.sim.cluster import parse_cluster
+
+    for e in EXPERIMENTS:
+        s = sensitivity_for(e)
+        scale = e.full or e.quick
+        assert s is not None and scale is not None
+        if s.kind == "cluster":
+            assert s.calibrated == getattr(parse_cluster(scale.cluster), s.name)
+        if s.kind == "gen":
+            assert s.calibrated == getattr(get_preset(e.preset), s.name)
 
 
 def test_calibrated_values_are_what_simctl_runs_with() -> None:
@@ -134,6 +161,14 @@ def test_bad_inputs_are_refused() -> None:
         Sensitivity("cost:nosuch", "x", 0.5, (0.4,), (0.4,), "§1")
     with pytest.raises(ValueError, match="kind"):
         Sensitivity("lengths:x", "x", 0.5, (0.4,), (0.4,), "§1")
+    with pytest.raises(ValueError, match="not an assumed preset parameter"):
+        Sensitivity("gen:max_tokens", "x", 0.5, (0.4,), (0.4,), "§1")
+    with pytest.raises(ValueError, match="outside"):
+        Sensitivity("gen:icc", "x", 0.5, (1.5,), (0.4,), "§1")
+    with pytest.raises(ValueError, match="no cluster field"):
+        Sensitivity("cluster:nodes", "x", 0.5, (0.4,), (0.4,), "§1")
+    with pytest.raises(ValueError, match="outside"):
+        Sensitivity("cluster:gpu_mem_util", "x", 0.9, (0.0,), (0.5,), "§1")
 
 
 def test_quick_sweeps_keep_the_middle_steps() -> None:
@@ -261,3 +296,61 @@ def test_a_miss_carries_its_curve_into_json_and_a_hit_does_not() -> None:
 def test_an_input_neither_run_reads_gives_no_curve() -> None:
     curve = sweep(Runner(), _experiment("seer-divided"), SENSITIVITIES["efficientrollout"], quick=True)
     assert curve.values == () and curve.metric == () and curve.reaches_paper_at is None
+
+
+# --- inputs every run reads: the preset's lengths, the engine's memory ------------------------
+
+
+def test_generated_moves_only_what_the_parameter_shapes() -> None:
+    s = SENSITIVITIES["rhymerl-lengths"]
+    preset = "rhymerl-math-14b-16k"
+    same = generated(s, preset, 1, 0, 1 / 16, float(get_preset(preset).len_sigma))
+    base = _tiny_trace(preset)
+    assert same.df.equals(base.df)  # at the preset's own value: the preset's trace
+    wide = generated(s, preset, 1, 0, 1 / 16, 1.4)
+    narrow = generated(s, preset, 1, 0, 1 / 16, 0.5)
+    for t in (wide, narrow):
+        assert t.df["prompt_id"].tolist() == base.df["prompt_id"].tolist()  # same layout
+        assert "gen:len_sigma" in t.meta.notes["sensitivity"]
+
+    def spread(t: Trace) -> float:
+        return float(np.log(t.df["response_len"].to_numpy(np.float64)).std())
+
+    assert spread(narrow) < spread(base) < spread(wide)
+
+
+def test_a_length_sweep_replays_the_baseline_at_every_value() -> None:
+    s = Sensitivity(
+        "gen:len_sigma", "spread", float(get_preset(ER).len_sigma), (0.2, 0.9), (0.2, 0.9), "Fig. 1"
+    )
+    runner = Runner()
+    eight = Scale(1 / 16, "a100x8:tp1", (0,), seeds=1)  # 64 requests on 8 workers
+    e = dataclasses.replace(_experiment("rhymerl-pipe"), full=eight, quick=eight)
+    curve = sweep(runner, e, s, quick=True)
+    assert len(curve.values) == len(curve.metric) == len(curve.baseline_idle) == 3
+    assert all(math.isfinite(m) for m in curve.metric)
+    verl = {k[3] for k in runner.outcomes if k[2] == "verl"}
+    assert len(verl) == 3  # the baseline reads the trace: one replay per value
+    # each point's idle share is its own baseline replay's, and the replays differ
+    key = ("efficientrollout-qwen7b-8k", eight.trace_scale, eight.replayed, 0)
+    for v, idle in zip(curve.values, curve.baseline_idle, strict=True):
+        variant = None if v == s.calibrated else (s, v)
+        assert idle == runner.outcomes[(key, eight.cluster, "verl", variant)].steps[0].gpu_idle_fraction
+    assert min(curve.baseline_idle) > 0.0 and len(set(curve.baseline_idle)) == 3
+
+
+def test_a_memory_sweep_skips_values_at_which_the_model_does_not_fit() -> None:
+    s = Sensitivity("cluster:gpu_mem_util", "memory", 0.9, (0.1, 0.5), (0.1, 0.5), "Fig. 3")
+    runner = Runner()
+    curve = sweep(runner, _experiment("seer-divided"), s, quick=True)
+    assert curve.values == (0.1, 0.5, 0.9)
+    assert math.isnan(curve.metric[0]) and math.isnan(curve.baseline_idle[0])  # 7B weights > 10%
+    assert all(math.isfinite(m) for m in curve.metric[1:])
+    assert curve.to_json()["metric"][0] is None
+    # the memory reaches the cost model: at half the memory the baseline's engine holds less
+    key = (ER, TINY.trace_scale, TINY.replayed, 0)
+    half, full = (
+        runner.outcomes[(key, TINY.cluster, "verl", (s, 0.5))],
+        runner.outcomes[(key, TINY.cluster, "verl", None)],
+    )
+    assert half.steps[0].rollout_makespan_s >= full.steps[0].rollout_makespan_s
