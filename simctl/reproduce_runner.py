@@ -197,9 +197,9 @@ def sweep(runner: Runner, e: Experiment, s: Sensitivity, quick: bool) -> Curve:
     else:
         values = ()  # neither run reads the input: no curve to draw
     reach = crossing(values, metric, e.value.lo, e.value.hi, s.calibrated) if values else None
-    return Curve(
-        s.input, s.label, s.calibrated, values, tuple(metric), reach, 1, scale.steps, s.why, tuple(idle)
-    )
+    # the baseline's idleness moves only where it reads the input (else it is one replay)
+    idle_at = tuple(idle) if s.reads(e.baseline) else ()
+    return Curve(s.input, s.label, s.calibrated, values, tuple(metric), reach, 1, scale.steps, s.why, idle_at)
 
 
 def _baseline_idle(runner: Runner, e: Experiment, scale: Scale, variant: Variant) -> float:

@@ -249,6 +249,7 @@ def test_sweep_over_acceptance_raises_the_speedup_and_shares_the_baseline() -> N
     assert curve.metric[-1] > 1.0 > curve.metric[0]  # poor drafts slow it down, good ones pay
     verl = [k for k in runner.outcomes if k[2] == "verl"]
     assert len(verl) == 1 and verl[0][3] is None  # the non-speculative baseline ran once
+    assert curve.baseline_idle == ()  # ... so it has no idleness curve to show
     assert curve.reaches_paper_at is None  # a 5x speedup is out of reach
 
 
