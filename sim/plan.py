@@ -19,6 +19,9 @@ class Plan:
     gamma: np.ndarray | None
     kv_tokens: int
     spec_gamma_mean: float
+    # Speculative plans: every row speculates (`spec_rows` all True), known when planned
+    # so that applying a stretch need not check the mask again.
+    every_row_speculates: bool = False
     cum: np.ndarray | None = None  # cumulative tokens per row over the block (speculative plans)
     # Iterations (1-based, increasing, last = iterations) after which a request ends: the
     # worker stops there to report it. Plain decoding plans several finishes at once.
@@ -27,6 +30,9 @@ class Plan:
     # Speculative plans: the 0-based column in which each row reaches its dispatch end
     # (`iterations` if it does not within the block); a row takes part up to that column.
     finish: np.ndarray | None = None
+    # Speculative plans: `finish + 1`, the iterations each row takes part in if the block
+    # runs to its end (set by the planner; each applied stretch reads it).
+    last: np.ndarray | None = None
     probe: ModelProbe | None = None  # rows drawn from the grouped-drafter model (drift check)
     # Where the priced time went, so the timeline can split a segment's busy time without
     # estimating it afterwards (reports/breakdown.py). Seconds of iteration 0 that are the
