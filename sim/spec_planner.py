@@ -450,11 +450,13 @@ class SpecPlanner:
             draft = np.broadcast_to(draft, (blk.k,))
         return np.maximum(verify_s, decoupled) + coupled, draft
 
-    def _uniform_iteration_seconds(self, ids: np.ndarray, arrays: SpecArrays, blk: _Block) -> tuple[np.ndarray, np.ndarray]:
+    def _uniform_iteration_seconds(
+        self, ids: np.ndarray, arrays: SpecArrays, blk: _Block
+    ) -> tuple[np.ndarray, np.ndarray]:
         """`_iteration_seconds` when every row drafts with the worker's method, coupled, and
         the draft slots are expected ones (no exact replay): the same operations on the same
         values, without the per-row selections and checks that mixed settings need."""
-        _, gamma, methods, window, topk, verify = arrays
+        _, gamma, methods, _, topk, verify = arrays
         st, host, b, gone = self.host.state, self.host, len(ids), blk.gone
         # verify * fill + 1 of the general path: int * float64 is the float64 product
         slots = st.fill_mat[ids, self.method_idx] * int(verify[0]) + 1
@@ -468,10 +470,14 @@ class SpecPlanner:
             new_tokens = np.rint(slots.sum() - _prefix_sums(slots.take(blk.order)).take(gone))
         g = int(gamma[0])
         if _any_miss(st.hit_mat, st.derived):  # some request drafts in fewer than all iterations
-            verify_s = self.verify_time(ids, methods, gamma, batch, new_tokens, blk.ctx, blk.order, gone, False)
+            verify_s = self.verify_time(
+                ids, methods, gamma, batch, new_tokens, blk.ctx, blk.order, gone, False
+            )
         else:
             kw = {"gamma": g} if host.cost_takes_gamma else {}
-            verify_s = np.asarray(host.cost.iteration_time(batch, new_tokens, blk.ctx, **kw), dtype=np.float64)
+            verify_s = np.asarray(
+                host.cost.iteration_time(batch, new_tokens, blk.ctx, **kw), dtype=np.float64
+            )
         coupled = self._uniform_draft_times(int(methods[0]), g, int(topk[0]), blk.ctx, batch)
         if verify_s.min() >= 0.0:
             # no decoupled drafter: max(0 - verify, 0) is 0 and max(verify, 0) is verify

@@ -353,7 +353,9 @@ class Worker:
             host.emit(Tick(time_s=now, worker=self.id, iteration=self.iteration))
         return on_tick
 
-    def _apply_speculative(self, plan: Plan, done: int, pos: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    def _apply_speculative(
+        self, plan: Plan, done: int, pos: int
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """(progress at `done`, progress at `pos` (None at 0: nothing yet), tokens gained)
         of a speculative plan's rows since it started; credits the speculating rows' draft
         counters for the stretch."""
