@@ -140,6 +140,17 @@ def setting_rows(
     return hit
 
 
+def _shared_rows(
+    cache: dict[str, Any],
+) -> dict[tuple[int, int, int, int, int], dict[int, tuple[np.ndarray, ...]]]:
+    """The step's constant rows (`SpecPlanner._constant`) by setting, then batch size: they
+    depend on nothing else, and being read-only any planner may use them."""
+    rows = cache.get("constant_rows")
+    if rows is None:
+        rows = cache["constant_rows"] = {}
+    return rows
+
+
 class _WorkerArrays(tuple):
     """SpecArrays in which every row follows its worker's setting (no request overrides
     it): one method, one depth, coupled or decoupled alike, so the planner can skip the
@@ -184,18 +195,17 @@ class SpecPlanner:
         self.acceptance = acceptance
         self.spec: SpecConfig = SPEC_OFF
         self.method_idx = -1
-        # the worker's setting as constant rows, by batch size (read-only: plans keep them),
-        # for the current setting; `_rows_by_setting` keeps each setting's table, since
-        # adaptive policies switch a worker between a few settings over and over
+        # the worker's setting as constant rows, by batch size (read-only: plans keep them);
+        # the table of each setting is shared by the step's planners (`_shared_rows`), since
+        # adaptive policies switch workers between a few settings over and over
         self._constant_rows: dict[int, tuple[np.ndarray, ...]] = {}
-        self._rows_by_setting: dict[tuple[int, int, int, int, int], dict[int, tuple[np.ndarray, ...]]] = {}
 
     def set_spec(self, spec: SpecConfig) -> None:
         self.spec = spec
         self.method_idx = self.host.method_index(spec.method) if spec.enabled and spec.method else -1
         window = spec.window if spec.mode == "decoupled" else 0
         key = (self.method_idx, spec.gamma, window, spec.topk, spec.tokens_verified)
-        self._constant_rows = self._rows_by_setting.setdefault(key, {})
+        self._constant_rows = _shared_rows(self.host.state.derived).setdefault(key, {})
 
     def arrays(self, ids: np.ndarray) -> SpecArrays | None:
         """The rows' speculation settings (request overrides win over the worker's
@@ -208,27 +218,32 @@ class SpecPlanner:
         return self._request_arrays(ids)
 
     def _request_arrays(self, ids: np.ndarray) -> SpecArrays:
+        # (masked writes only where some row is masked: nothing to write otherwise)
         st, spec = self.host.state, self.spec
-        method = st.req_method[ids].astype(np.int64)
-        gamma = st.req_gamma[ids].astype(np.int64)
-        window = st.req_window[ids].astype(np.int64)
-        topk = st.req_topk[ids].astype(np.int64)
-        verify = st.req_verify[ids].astype(np.int64)
+        method = st.req_method.take(ids).astype(np.int64)
+        gamma = st.req_gamma.take(ids).astype(np.int64)
+        window = st.req_window.take(ids).astype(np.int64)
+        topk = st.req_topk.take(ids).astype(np.int64)
+        verify = st.req_verify.take(ids).astype(np.int64)
         inherit = gamma <= 0  # PLAIN_GAMMA rows are plain whatever the worker does
         if self.method_idx >= 0:
             follow = gamma == 0
-            method[follow] = self.method_idx
-            gamma[follow] = spec.gamma
-            window[follow] = spec.window if spec.mode == "decoupled" else 0
-            topk[follow] = max(1, spec.topk)
-            verify[follow] = spec.tokens_verified
+            if follow.any():
+                method[follow] = self.method_idx
+                gamma[follow] = spec.gamma
+                window[follow] = spec.window if spec.mode == "decoupled" else 0
+                topk[follow] = max(1, spec.topk)
+                verify[follow] = spec.tokens_verified
             inherit = gamma == PLAIN_GAMMA
-        method[inherit] = -1
-        gamma[inherit] = 0
-        verify[inherit] = 0
+        if inherit.any():
+            method[inherit] = -1
+            gamma[inherit] = 0
+            verify[inherit] = 0
         # a decoupled request verifies its whole window each iteration
-        gamma = np.where(window > 0, window, gamma)
-        verify = np.where(window > 0, window, verify)
+        decoupled = window > 0
+        if decoupled.any():
+            gamma = np.where(decoupled, window, gamma)
+            verify = np.where(decoupled, window, verify)
         alpha = (
             np.where(method >= 0, st.accept_mat[ids, np.maximum(method, 0)], 0.0)
             if st.methods
@@ -293,9 +308,10 @@ class SpecPlanner:
             rows, expected = arrays.rows, arrays.expected
         else:
             rows, expected = gamma > 0, expected_tokens(alpha, gamma)
+        every_row = uniform or bool(rows.all())
         lo, hi = int(remaining.min()), int(remaining.max())
         k = self._block_length(remaining, expected, cap, first_finish, horizon, lo, hi)
-        x, draw = self._outcomes(ids, arrays, k)
+        x, draw = self._outcomes(ids, arrays, k, rows, every_row)
         # `remaining` in the cumulative tokens' int32, when it fits: compared without widening
         rem = remaining.astype(np.int32) if _INT32.min <= lo and hi <= _INT32.max else remaining
         blk = self._layout(ids, remaining, rem, x, first_finish)
@@ -317,7 +333,7 @@ class SpecPlanner:
             int(blk.ctx[0]),
             # one depth: b copies of it sum exactly, so their mean is that depth
             float(gamma[0]) if uniform else float(gamma[rows].mean()),
-            every_row_speculates=uniform or bool(rows.all()),
+            every_row_speculates=every_row,
             cum=blk.cum,
             stops=stops,
             decoupled_rows=dec if dec is not None and dec.any() else None,
@@ -354,23 +370,29 @@ class SpecPlanner:
         )
         return max(k_first, k_all)
 
-    def _outcomes(self, ids: np.ndarray, arrays: SpecArrays, k: int) -> tuple[np.ndarray, Draw]:
+    def _outcomes(
+        self, ids: np.ndarray, arrays: SpecArrays, k: int, rows: np.ndarray, every_row: bool
+    ) -> tuple[np.ndarray, Draw]:
         """Tokens per row per iteration (plain rows emit 1; decoupled rows sit out the
-        iteration after each rejected window) and the acceptance source's draw."""
+        iteration after each rejected window) and the acceptance source's draw. `rows`:
+        the rows that speculate (`every_row`: all of them)."""
         alpha, gamma, methods, window, _, _ = arrays
         topk = max(1, self.spec.topk)
-        if isinstance(arrays, _WorkerArrays) and not window[0]:
-            # every row drafts, coupled: the draw is the block (a fresh array it hands over)
+        if every_row:
+            # the draw is the block (a fresh array the source hands over), of every row as
+            # they are: the same values as selecting all of them
             draw = self.acceptance.draw(self.rng, ids, methods, alpha, gamma, topk, k)
             if draw.tokens.dtype == np.int16 and draw.tokens.shape == (len(ids), k):
-                return draw.tokens, draw
+                x = draw.tokens
+            else:
+                x = np.ones((len(ids), k), np.int16)
+                x[:] = draw.tokens
+            if isinstance(arrays, _WorkerArrays) and not window[0]:
+                return x, draw  # coupled
+        else:
             x = np.ones((len(ids), k), np.int16)
-            x[:] = draw.tokens
-            return x, draw
-        rows = gamma > 0
-        x = np.ones((len(ids), k), np.int16)
-        draw = self.acceptance.draw(self.rng, ids[rows], methods[rows], alpha[rows], gamma[rows], topk, k)
-        x[rows] = draw.tokens
+            draw = self.acceptance.draw(self.rng, ids[rows], methods[rows], alpha[rows], gamma[rows], topk, k)
+            x[rows] = draw.tokens
         dec = window > 0
         if dec.any():
             x[dec] = stall_after_rejection(x[dec], window[dec])
@@ -383,7 +405,11 @@ class SpecPlanner:
         the first finish when requests wait, and before the KV cache would overflow. `rem`:
         `remaining`, narrowed to int32 where it fits."""
         k = x.shape[1]
-        cum = x.cumsum(axis=1, dtype=np.int32)
+        # x.cumsum(axis=1, dtype=np.int32), accumulated in place after one cast: the cast
+        # inside the accumulation runs through numpy's small buffers, several times slower
+        # on a large block
+        cum = x.astype(np.int32)
+        np.cumsum(cum, axis=1, out=cum)
         fin = finish_columns(cum, rem)
         if first_finish and (fin < k).any():
             k = int(fin.min()) + 1
