@@ -16,7 +16,7 @@ from simctl.policies.contract import SPEC_OFF, SpecConfig
 from simctl.sim.acceptance import expected_tokens, stall_after_rejection, tree_acceptance
 from simctl.sim.acceptance_source import AcceptanceSource, Draw
 from simctl.sim.plan import Plan
-from simctl.sim.state import PLAIN_GAMMA
+from simctl.sim.state import PLAIN_GAMMA, StepState
 from simctl.sim.worker_host import WorkerHost
 
 # A speculative block that plans through several finishes samples at most this many
@@ -185,6 +185,65 @@ def block_stops(fin_sorted: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def request_arrays(st: StepState, spec: SpecConfig, method_idx: int, ids: np.ndarray) -> SpecArrays:
+    """`SpecPlanner.arrays` when requests may override their worker's setting `spec`
+    (drafting method `method_idx`, -1: none): per row, its own setting where it has one,
+    plain decoding where it opted out (PLAIN_GAMMA), else the worker's."""
+    # (masked writes only where some row is masked: nothing to write otherwise)
+    method = st.req_method.take(ids).astype(np.int64)
+    gamma = st.req_gamma.take(ids).astype(np.int64)
+    window = st.req_window.take(ids).astype(np.int64)
+    topk = st.req_topk.take(ids).astype(np.int64)
+    verify = st.req_verify.take(ids).astype(np.int64)
+    inherit = gamma <= 0  # PLAIN_GAMMA rows are plain whatever the worker does
+    if method_idx >= 0:
+        follow = gamma == 0
+        if follow.any():
+            method[follow] = method_idx
+            gamma[follow] = spec.gamma
+            window[follow] = spec.window if spec.mode == "decoupled" else 0
+            topk[follow] = max(1, spec.topk)
+            verify[follow] = spec.tokens_verified
+        inherit = gamma == PLAIN_GAMMA
+    if inherit.any():
+        method[inherit] = -1
+        gamma[inherit] = 0
+        verify[inherit] = 0
+    # a decoupled request verifies its whole window each iteration
+    decoupled = window > 0
+    if decoupled.any():
+        gamma = np.where(decoupled, window, gamma)
+        verify = np.where(decoupled, window, verify)
+    alpha = (
+        np.where(method >= 0, st.accept_mat[ids, np.maximum(method, 0)], 0.0)
+        if st.methods
+        else (np.zeros(len(ids)))
+    )
+    tree = topk > 1
+    if tree.any():
+        alpha = np.where(tree, tree_acceptance(alpha, gamma, topk, verify), alpha)
+    return alpha, gamma, method, window, topk, verify
+
+
+def constant_rows(spec: SpecConfig, method_idx: int, b: int) -> tuple[np.ndarray, ...]:
+    """(gamma, method, window, topk, verify, speculates) rows of `b` requests following the
+    worker's setting; built once per batch size and setting, read-only since plans keep
+    them."""
+    window = spec.window if spec.mode == "decoupled" else 0
+    depth = window if window > 0 else spec.gamma
+    rows = (
+        np.full(b, depth, np.int64),
+        np.full(b, method_idx, np.int64),
+        np.full(b, window, np.int64),
+        np.full(b, max(1, spec.topk), np.int64),
+        np.full(b, window if window > 0 else spec.tokens_verified, np.int64),
+        np.full(b, depth > 0, np.bool_),
+    )
+    for a in rows:
+        a.flags.writeable = False
+    return rows
+
+
 class SpecPlanner:
     def __init__(
         self, host: WorkerHost, kv_capacity: int, rng: np.random.Generator, acceptance: AcceptanceSource
@@ -218,41 +277,7 @@ class SpecPlanner:
         return self._request_arrays(ids)
 
     def _request_arrays(self, ids: np.ndarray) -> SpecArrays:
-        # (masked writes only where some row is masked: nothing to write otherwise)
-        st, spec = self.host.state, self.spec
-        method = st.req_method.take(ids).astype(np.int64)
-        gamma = st.req_gamma.take(ids).astype(np.int64)
-        window = st.req_window.take(ids).astype(np.int64)
-        topk = st.req_topk.take(ids).astype(np.int64)
-        verify = st.req_verify.take(ids).astype(np.int64)
-        inherit = gamma <= 0  # PLAIN_GAMMA rows are plain whatever the worker does
-        if self.method_idx >= 0:
-            follow = gamma == 0
-            if follow.any():
-                method[follow] = self.method_idx
-                gamma[follow] = spec.gamma
-                window[follow] = spec.window if spec.mode == "decoupled" else 0
-                topk[follow] = max(1, spec.topk)
-                verify[follow] = spec.tokens_verified
-            inherit = gamma == PLAIN_GAMMA
-        if inherit.any():
-            method[inherit] = -1
-            gamma[inherit] = 0
-            verify[inherit] = 0
-        # a decoupled request verifies its whole window each iteration
-        decoupled = window > 0
-        if decoupled.any():
-            gamma = np.where(decoupled, window, gamma)
-            verify = np.where(decoupled, window, verify)
-        alpha = (
-            np.where(method >= 0, st.accept_mat[ids, np.maximum(method, 0)], 0.0)
-            if st.methods
-            else (np.zeros(len(ids)))
-        )
-        tree = topk > 1
-        if tree.any():
-            alpha = np.where(tree, tree_acceptance(alpha, gamma, topk, verify), alpha)
-        return alpha, gamma, method, window, topk, verify
+        return request_arrays(self.host.state, self.spec, self.method_idx, ids)
 
     def _worker_arrays(self, ids: np.ndarray) -> SpecArrays:
         """`arrays` when no request overrides its worker (most policies, most re-plans):
@@ -268,23 +293,7 @@ class SpecPlanner:
         return out
 
     def _constant(self, b: int) -> tuple[np.ndarray, ...]:
-        """(gamma, method, window, topk, verify, speculates) rows of `b` requests following the
-        worker's setting; built once per batch size and setting, read-only since plans keep
-        them."""
-        spec = self.spec
-        window = spec.window if spec.mode == "decoupled" else 0
-        depth = window if window > 0 else spec.gamma
-        rows = (
-            np.full(b, depth, np.int64),
-            np.full(b, self.method_idx, np.int64),
-            np.full(b, window, np.int64),
-            np.full(b, max(1, spec.topk), np.int64),
-            np.full(b, window if window > 0 else spec.tokens_verified, np.int64),
-            np.full(b, depth > 0, np.bool_),
-        )
-        for a in rows:
-            a.flags.writeable = False
-        self._constant_rows[b] = rows
+        rows = self._constant_rows[b] = constant_rows(self.spec, self.method_idx, b)
         return rows
 
     # ------------------------------------------------------------------------ planning

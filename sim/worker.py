@@ -360,29 +360,12 @@ class Worker:
         of a speculative plan's rows since it started; credits the speculating rows' draft
         counters for the stretch."""
         st = self.host.state
-        ids = plan.ids
-        assert plan.cum is not None and plan.finish is not None and plan.tokens is not None
-        progress = np.minimum(plan.cum[:, done - 1], plan.remaining)
-        # iterations each row took part in (up to its finish column); decoupled rows
-        # verified only where they emitted
-        last = plan.last if plan.last is not None else plan.finish + 1
-        prev: np.ndarray | None
-        if pos:
-            prev = np.minimum(plan.cum[:, pos - 1], plan.remaining)
-            gained = progress - prev
-            iters = np.minimum(done, last) - np.minimum(pos, last)
-        else:  # minus 0 (finish columns are >= 0, so min(0, last) is 0)
-            prev, gained = None, progress
-            iters = np.minimum(done, last)
-        if plan.decoupled_rows is not None:
-            dec = plan.decoupled_rows
-            cols = np.arange(pos, done)
-            iters[dec] = ((plan.tokens[dec, pos:done] > 0) & (cols < last[dec, None])).sum(axis=1)
+        progress, prev, gained, iters = plan.speculative_stretch(done, pos)
         rows = plan.spec_rows
         assert rows is not None and plan.gamma is not None
-        spec_ids, spec_gained, gamma = ids, gained, plan.gamma
+        spec_ids, spec_gained, gamma = plan.ids, gained, plan.gamma
         if not plan.every_row_speculates and not rows.all():  # (no selection in most plans)
-            spec_ids, iters, spec_gained, gamma = ids[rows], iters[rows], gained[rows], gamma[rows]
+            spec_ids, iters, spec_gained, gamma = spec_ids[rows], iters[rows], gained[rows], gamma[rows]
         st.spec_iters[spec_ids] += iters
         st.spec_tokens[spec_ids] += spec_gained
         st.drafted[spec_ids] += iters * gamma
