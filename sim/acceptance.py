@@ -35,15 +35,21 @@ def sample_tokens(
     a = np.minimum(np.maximum(np.asarray(alpha, dtype=np.float64), 0.0), _MAX_ACCEPT)
     g = np.asarray(gamma, dtype=np.int64)
     u = rng.random((len(a), iterations), dtype=np.float32)
+    drafts = a > 0
     with np.errstate(divide="ignore"):
-        inv = np.where(a > 0, 1.0 / np.log(np.maximum(a, 1e-300)), 0.0).astype(np.float32)
+        inv = np.where(drafts, 1.0 / np.log(np.maximum(a, 1e-300)), 0.0).astype(np.float32)
         r = np.log(u, out=u)
     r *= inv[:, None]
     np.ceil(r, out=r)
+    top = (g + 1).astype(np.float32)[:, None]
+    if drafts.all():
+        # ln U < 0 (U < 1) and 1/ln a < 0 (0 < a < 1): r > 0 (+inf at U = 0), never NaN, so
+        # ceil(r) >= 1 already; the clamp at g + 1 writes the int16 result directly
+        return np.minimum(r, top, out=np.empty(r.shape, np.int16), casting="unsafe")
     # in place, as np.clip(r, 1, g + 1) (NaN stays NaN) without its temporaries; the 1 as
     # a column, which numpy broadcasts several times faster than a Python scalar
     np.maximum(r, np.ones((len(a), 1), np.float32), out=r)
-    np.minimum(r, (g + 1).astype(np.float32)[:, None], out=r)
+    np.minimum(r, top, out=r)
     return r.astype(np.int16)
 
 

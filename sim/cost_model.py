@@ -353,11 +353,16 @@ class RooflineCostModel:
         prm, gpu, tp = self.params, self.gpu, self.tp
         b = np.asarray(num_seqs, dtype=np.float64)
         n = np.asarray(new_tokens, dtype=np.float64)
-        weights = p.dense_bytes * weight_scale + np.zeros_like(n)
+        # The dense weights as a scalar: the same sums as an array of them (x + 0.0 is x),
+        # broadcast by `kv`, which has `n`'s shape.
+        weights: np.ndarray | float = p.dense_bytes * weight_scale
         if p.moe_layers:
             touched = p.num_experts * -np.expm1(n * math.log1p(-p.top_k / p.num_experts))
             weights = weights + p.moe_layers * touched * p.expert_bytes * weight_scale
-        kv = (np.asarray(kv_read_tokens, dtype=np.float64) * prm.kv_read_eff + n) * p.kv_bytes
+        kv_read = np.asarray(kv_read_tokens, dtype=np.float64)
+        if prm.kv_read_eff != 1.0:  # (x * 1.0 is x)
+            kv_read = kv_read * prm.kv_read_eff
+        kv = (kv_read + n) * p.kv_bytes
         t_mem = (weights + kv) / (gpu.hbm_bw * prm.hbm_bw_eff)
         if self._fp8 and p is self._pass:  # matmuls at the FP8 peak, attention at BF16
             t_compute = (2.0 * n * p.matmul_params / tp) / (self._matmul_flops * prm.compute_eff) + (
@@ -366,12 +371,15 @@ class RooflineCostModel:
         else:
             flops = n * (2.0 * p.matmul_params + p.attn_coeff * np.asarray(attn_context)) / tp
             t_compute = flops / (gpu.bf16_flops * prm.compute_eff)
-        ring = 2.0 * (tp - 1) / tp * n * p.hidden * 2.0
+        # (x * hidden) * 2.0 as x * (hidden * 2.0): doubling is exact either way
+        ring = 2.0 * (tp - 1) / tp * n * (p.hidden * 2.0)
         latency = gpu.allreduce_latency_s if prm.allreduce_latency_s is None else prm.allreduce_latency_s
         per_ar = latency + ring / (gpu.nvlink_bw / 2 * prm.nvlink_eff)
         t_comm = p.allreduces * per_ar
         t_over = p.overhead_s + prm.per_seq_overhead_s * b + prm.per_token_overhead_s * n
-        if p is self._pass:  # verification of drafted tokens by the target
+        # verification of drafted tokens by the target (with no such overhead, the term adds
+        # 0.0 * b = 0.0 to a positive overhead: nothing)
+        if p is self._pass and prm.verify_per_seq_overhead_s != 0.0:
             t_over = t_over + np.where(n > b, prm.verify_per_seq_overhead_s * b, 0.0)
         return t_mem, t_compute, t_comm, t_over
 
@@ -425,6 +433,11 @@ class RooflineCostModel:
 
     def prefill_time(self, tokens: ArrayLike) -> np.ndarray:
         """One prompt of `tokens` tokens; causal attention sees tokens/2 keys on average."""
+        if type(tokens) in _SCALARS and self._scalar_terms and not self._pass.moe_layers:
+            # a worker's prefill pass before each plan that admitted requests: plain floats,
+            # the same IEEE operations as the numpy form below
+            tf = _scalar(tokens)
+            return np.float64(_scalar_pass_time(self, self._pass, 1.0, tf, 0.0, tf / 2.0, 1.0))  # type: ignore[return-value]
         t = np.asarray(tokens, dtype=np.float64)
         return self._time(self._pass, 1.0, t, 0.0, t / 2.0)
 

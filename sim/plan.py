@@ -19,6 +19,9 @@ class Plan:
     gamma: np.ndarray | None
     kv_tokens: int
     spec_gamma_mean: float
+    # Speculative plans: every row speculates (`spec_rows` all True), known when planned
+    # so that applying a stretch need not check the mask again.
+    every_row_speculates: bool = False
     cum: np.ndarray | None = None  # cumulative tokens per row over the block (speculative plans)
     # Iterations (1-based, increasing, last = iterations) after which a request ends: the
     # worker stops there to report it. Plain decoding plans several finishes at once.
@@ -27,6 +30,9 @@ class Plan:
     # Speculative plans: the 0-based column in which each row reaches its dispatch end
     # (`iterations` if it does not within the block); a row takes part up to that column.
     finish: np.ndarray | None = None
+    # Speculative plans: `finish + 1`, the iterations each row takes part in if the block
+    # runs to its end (set by the planner; each applied stretch reads it).
+    last: np.ndarray | None = None
     probe: ModelProbe | None = None  # rows drawn from the grouped-drafter model (drift check)
     # Where the priced time went, so the timeline can split a segment's busy time without
     # estimating it afterwards (reports/breakdown.py). Seconds of iteration 0 that are the
@@ -54,3 +60,26 @@ class Plan:
         if self.draft_cum_s is not None and done > pos:
             draft = float(self.draft_cum_s[done - 1] - (self.draft_cum_s[pos - 1] if pos else 0.0))
         return prefill, recompute, draft
+
+    def speculative_stretch(
+        self, done: int, pos: int
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+        """Of a speculative plan's rows over iterations [pos, done): (progress at `done`,
+        progress at `pos` (None at 0: nothing yet), tokens gained, iterations taken part in:
+        up to the row's finish column; decoupled rows verified only where they emitted)."""
+        assert self.cum is not None and self.finish is not None and self.tokens is not None
+        progress = np.minimum(self.cum[:, done - 1], self.remaining)
+        last = self.last if self.last is not None else self.finish + 1
+        prev: np.ndarray | None
+        if pos:
+            prev = np.minimum(self.cum[:, pos - 1], self.remaining)
+            gained = progress - prev
+            iters = np.minimum(done, last) - np.minimum(pos, last)
+        else:  # minus 0 (finish columns are >= 0, so min(0, last) is 0)
+            prev, gained = None, progress
+            iters = np.minimum(done, last)
+        if self.decoupled_rows is not None:
+            dec = self.decoupled_rows
+            cols = np.arange(pos, done)
+            iters[dec] = ((self.tokens[dec, pos:done] > 0) & (cols < last[dec, None])).sum(axis=1)
+        return progress, prev, gained, iters

@@ -16,7 +16,7 @@ from simctl.policies.contract import SPEC_OFF, SpecConfig
 from simctl.sim.acceptance import expected_tokens, stall_after_rejection, tree_acceptance
 from simctl.sim.acceptance_source import AcceptanceSource, Draw
 from simctl.sim.plan import Plan
-from simctl.sim.state import PLAIN_GAMMA
+from simctl.sim.state import PLAIN_GAMMA, StepState
 from simctl.sim.worker_host import WorkerHost
 
 # A speculative block that plans through several finishes samples at most this many
@@ -30,6 +30,8 @@ SMALL_BLOCK_CELLS = 1 << 12
 # Per row: acceptance per verified level, draft depth, method index (-1 = plain decode),
 # decoupled window (0 = coupled), tree width and tokens verified.
 SpecArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+_INT32 = np.iinfo(np.int32)
 
 
 class _Block(NamedTuple):
@@ -80,10 +82,25 @@ def capped_column_sums(cum: np.ndarray, remaining: np.ndarray) -> np.ndarray:
 
 def _narrow(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """`values` in `dtype` where all fit (comparisons then run without widening `cum`)."""
+    if values.dtype == dtype:  # the planner narrowed them already
+        return values
     info = np.iinfo(dtype)
     if len(values) and info.min <= int(values.min()) and int(values.max()) <= info.max:
         return values.astype(dtype, copy=False)
     return values
+
+
+def _prefix_sums(values: np.ndarray) -> np.ndarray:
+    """`np.concatenate([[0.0], values.cumsum()])` of float64 `values` (the same running sum,
+    written after a leading 0 without building the list and the second array).
+
+    >>> _prefix_sums(np.array([1.5, 2.0, 0.25]))
+    array([0.  , 1.5 , 3.5 , 3.75])
+    """
+    out = np.empty(len(values) + 1)
+    out[0] = 0.0
+    np.cumsum(values, out=out[1:])
+    return out
 
 
 # The planners of a step share what they derive from its acceptance matrices in a cache
@@ -123,13 +140,25 @@ def setting_rows(
     return hit
 
 
+def _shared_rows(
+    cache: dict[str, Any],
+) -> dict[tuple[int, int, int, int, int], dict[int, tuple[np.ndarray, ...]]]:
+    """The step's constant rows (`SpecPlanner._constant`) by setting, then batch size: they
+    depend on nothing else, and being read-only any planner may use them."""
+    rows = cache.get("constant_rows")
+    if rows is None:
+        rows = cache["constant_rows"] = {}
+    return rows
+
+
 class _WorkerArrays(tuple):
     """SpecArrays in which every row follows its worker's setting (no request overrides
     it): one method, one depth, coupled or decoupled alike, so the planner can skip the
     per-row selections that mixed settings need. `expected`: the rows' expected tokens
-    per verify iteration."""
+    per verify iteration; `rows`: every row speculates (all True, read-only)."""
 
     expected: np.ndarray
+    rows: np.ndarray
 
 
 def block_stops(fin_sorted: np.ndarray, k: int) -> np.ndarray:
@@ -140,14 +169,79 @@ def block_stops(fin_sorted: np.ndarray, k: int) -> np.ndarray:
     >>> block_stops(np.array([0, 0, 2, 5, 5]), 5)
     array([1, 3, 5])
     """
-    head = fin_sorted[: int(np.searchsorted(fin_sorted, k, side="left"))]
+    head = fin_sorted[: int(fin_sorted.searchsorted(k, side="left"))]
     if not len(head):
         return np.array([k], np.int64)
     keep = np.empty(len(head), np.bool_)
     keep[0] = True
     np.not_equal(head[1:], head[:-1], out=keep[1:])
-    stops = head[keep] + 1
-    return stops if stops[-1] == k else np.append(stops, k)
+    stops = head[keep]
+    stops += 1
+    if stops[-1] == k:
+        return stops
+    out = np.empty(len(stops) + 1, stops.dtype)  # np.append(stops, k), without its wrapper
+    out[:-1] = stops
+    out[-1] = k
+    return out
+
+
+def request_arrays(st: StepState, spec: SpecConfig, method_idx: int, ids: np.ndarray) -> SpecArrays:
+    """`SpecPlanner.arrays` when requests may override their worker's setting `spec`
+    (drafting method `method_idx`, -1: none): per row, its own setting where it has one,
+    plain decoding where it opted out (PLAIN_GAMMA), else the worker's."""
+    # (masked writes only where some row is masked: nothing to write otherwise)
+    method = st.req_method.take(ids).astype(np.int64)
+    gamma = st.req_gamma.take(ids).astype(np.int64)
+    window = st.req_window.take(ids).astype(np.int64)
+    topk = st.req_topk.take(ids).astype(np.int64)
+    verify = st.req_verify.take(ids).astype(np.int64)
+    inherit = gamma <= 0  # PLAIN_GAMMA rows are plain whatever the worker does
+    if method_idx >= 0:
+        follow = gamma == 0
+        if follow.any():
+            method[follow] = method_idx
+            gamma[follow] = spec.gamma
+            window[follow] = spec.window if spec.mode == "decoupled" else 0
+            topk[follow] = max(1, spec.topk)
+            verify[follow] = spec.tokens_verified
+        inherit = gamma == PLAIN_GAMMA
+    if inherit.any():
+        method[inherit] = -1
+        gamma[inherit] = 0
+        verify[inherit] = 0
+    # a decoupled request verifies its whole window each iteration
+    decoupled = window > 0
+    if decoupled.any():
+        gamma = np.where(decoupled, window, gamma)
+        verify = np.where(decoupled, window, verify)
+    alpha = (
+        np.where(method >= 0, st.accept_mat[ids, np.maximum(method, 0)], 0.0)
+        if st.methods
+        else (np.zeros(len(ids)))
+    )
+    tree = topk > 1
+    if tree.any():
+        alpha = np.where(tree, tree_acceptance(alpha, gamma, topk, verify), alpha)
+    return alpha, gamma, method, window, topk, verify
+
+
+def constant_rows(spec: SpecConfig, method_idx: int, b: int) -> tuple[np.ndarray, ...]:
+    """(gamma, method, window, topk, verify, speculates) rows of `b` requests following the
+    worker's setting; built once per batch size and setting, read-only since plans keep
+    them."""
+    window = spec.window if spec.mode == "decoupled" else 0
+    depth = window if window > 0 else spec.gamma
+    rows = (
+        np.full(b, depth, np.int64),
+        np.full(b, method_idx, np.int64),
+        np.full(b, window, np.int64),
+        np.full(b, max(1, spec.topk), np.int64),
+        np.full(b, window if window > 0 else spec.tokens_verified, np.int64),
+        np.full(b, depth > 0, np.bool_),
+    )
+    for a in rows:
+        a.flags.writeable = False
+    return rows
 
 
 class SpecPlanner:
@@ -160,13 +254,17 @@ class SpecPlanner:
         self.acceptance = acceptance
         self.spec: SpecConfig = SPEC_OFF
         self.method_idx = -1
-        # the worker's setting as constant rows, by batch size (read-only: plans keep them)
+        # the worker's setting as constant rows, by batch size (read-only: plans keep them);
+        # the table of each setting is shared by the step's planners (`_shared_rows`), since
+        # adaptive policies switch workers between a few settings over and over
         self._constant_rows: dict[int, tuple[np.ndarray, ...]] = {}
 
     def set_spec(self, spec: SpecConfig) -> None:
         self.spec = spec
         self.method_idx = self.host.method_index(spec.method) if spec.enabled and spec.method else -1
-        self._constant_rows = {}
+        window = spec.window if spec.mode == "decoupled" else 0
+        key = (self.method_idx, spec.gamma, window, spec.topk, spec.tokens_verified)
+        self._constant_rows = _shared_rows(self.host.state.derived).setdefault(key, {})
 
     def arrays(self, ids: np.ndarray) -> SpecArrays | None:
         """The rows' speculation settings (request overrides win over the worker's
@@ -179,64 +277,23 @@ class SpecPlanner:
         return self._request_arrays(ids)
 
     def _request_arrays(self, ids: np.ndarray) -> SpecArrays:
-        st, spec = self.host.state, self.spec
-        method = st.req_method[ids].astype(np.int64)
-        gamma = st.req_gamma[ids].astype(np.int64)
-        window = st.req_window[ids].astype(np.int64)
-        topk = st.req_topk[ids].astype(np.int64)
-        verify = st.req_verify[ids].astype(np.int64)
-        inherit = gamma <= 0  # PLAIN_GAMMA rows are plain whatever the worker does
-        if self.method_idx >= 0:
-            follow = gamma == 0
-            method[follow] = self.method_idx
-            gamma[follow] = spec.gamma
-            window[follow] = spec.window if spec.mode == "decoupled" else 0
-            topk[follow] = max(1, spec.topk)
-            verify[follow] = spec.tokens_verified
-            inherit = gamma == PLAIN_GAMMA
-        method[inherit] = -1
-        gamma[inherit] = 0
-        verify[inherit] = 0
-        # a decoupled request verifies its whole window each iteration
-        gamma = np.where(window > 0, window, gamma)
-        verify = np.where(window > 0, window, verify)
-        alpha = (
-            np.where(method >= 0, st.accept_mat[ids, np.maximum(method, 0)], 0.0)
-            if st.methods
-            else (np.zeros(len(ids)))
-        )
-        tree = topk > 1
-        if tree.any():
-            alpha = np.where(tree, tree_acceptance(alpha, gamma, topk, verify), alpha)
-        return alpha, gamma, method, window, topk, verify
+        return request_arrays(self.host.state, self.spec, self.method_idx, ids)
 
     def _worker_arrays(self, ids: np.ndarray) -> SpecArrays:
         """`arrays` when no request overrides its worker (most policies, most re-plans):
         every row takes the worker's setting."""
         st, b = self.host.state, len(ids)
-        gamma, methods, windows, topks, verify = self._constant_rows.get(b) or self._constant(b)
+        gamma, methods, windows, topks, verify, rows = self._constant_rows.get(b) or self._constant(b)
         alpha, expected = setting_rows(
             st.accept_mat, self.method_idx, int(gamma[0]), int(topks[0]), int(verify[0]), st.derived
         )
         out = _WorkerArrays((alpha.take(ids), gamma, methods, windows, topks, verify))
         out.expected = expected.take(ids)
+        out.rows = rows
         return out
 
     def _constant(self, b: int) -> tuple[np.ndarray, ...]:
-        """(gamma, method, window, topk, verify) rows of `b` requests following the worker's
-        setting; built once per batch size and setting, read-only since plans keep them."""
-        spec = self.spec
-        window = spec.window if spec.mode == "decoupled" else 0
-        rows = (
-            np.full(b, window if window > 0 else spec.gamma, np.int64),
-            np.full(b, self.method_idx, np.int64),
-            np.full(b, window, np.int64),
-            np.full(b, max(1, spec.topk), np.int64),
-            np.full(b, window if window > 0 else spec.tokens_verified, np.int64),
-        )
-        for a in rows:
-            a.flags.writeable = False
-        self._constant_rows[b] = rows
+        rows = self._constant_rows[b] = constant_rows(self.spec, self.method_idx, b)
         return rows
 
     # ------------------------------------------------------------------------ planning
@@ -255,13 +312,22 @@ class SpecPlanner:
         several finishes (stopping at each to report it), as plain decoding does; the
         horizon is the expected iterations to the last finish, bounded by SPEC_BLOCK_CELLS."""
         alpha, gamma, _, window, _, _ = arrays
-        rows = gamma > 0
         uniform = isinstance(arrays, _WorkerArrays)  # and with gamma > 0 (else no plan)
-        expected = arrays.expected if uniform else expected_tokens(alpha, gamma)  # type: ignore[attr-defined]
-        k = self._block_length(remaining, expected, cap, first_finish, horizon)
-        x, draw = self._outcomes(ids, arrays, k)
-        blk = self._layout(ids, remaining, x, first_finish)
-        t, draft = self._iteration_seconds(ids, arrays, blk, draw.slots)
+        if isinstance(arrays, _WorkerArrays):
+            rows, expected = arrays.rows, arrays.expected
+        else:
+            rows, expected = gamma > 0, expected_tokens(alpha, gamma)
+        every_row = uniform or bool(rows.all())
+        lo, hi = int(remaining.min()), int(remaining.max())
+        k = self._block_length(remaining, expected, cap, first_finish, horizon, lo, hi)
+        x, draw = self._outcomes(ids, arrays, k, rows, every_row)
+        # `remaining` in the cumulative tokens' int32, when it fits: compared without widening
+        rem = remaining.astype(np.int32) if _INT32.min <= lo and hi <= _INT32.max else remaining
+        blk = self._layout(ids, remaining, rem, x, first_finish)
+        if uniform and not window[0] and draw.slots is None:
+            t, draft = self._uniform_iteration_seconds(ids, arrays, blk)
+        else:
+            t, draft = self._iteration_seconds(ids, arrays, blk, draw.slots)
         t[0] += prefill
         fin, k = blk.fin, blk.k
         stops = block_stops(blk.fin_sorted, k)
@@ -276,68 +342,90 @@ class SpecPlanner:
             int(blk.ctx[0]),
             # one depth: b copies of it sum exactly, so their mean is that depth
             float(gamma[0]) if uniform else float(gamma[rows].mean()),
+            every_row_speculates=every_row,
             cum=blk.cum,
             stops=stops,
             decoupled_rows=dec if dec is not None and dec.any() else None,
             finish=fin,
+            last=fin + 1,
             probe=draw.probe,
             draft_cum_s=draft.cumsum(),
         )
 
     def _block_length(
-        self, remaining: np.ndarray, expected: np.ndarray, cap: int, first_finish: bool, horizon: int
+        self,
+        remaining: np.ndarray,
+        expected: np.ndarray,
+        cap: int,
+        first_finish: bool,
+        horizon: int,
+        lo: int,
+        hi: int,
     ) -> int:
         """Iterations to sample: to the expected first finish (with margin), or with nothing
         waiting to the expected last one within the worker's horizon (`expected`: tokens
-        per iteration of each row)."""
+        per iteration of each row; `lo`, `hi`: the least and most `remaining`)."""
         est = remaining / expected
         # math.ceil of the float: np.ceil's value, without a numpy scalar call
-        k_first = max(1, min(math.ceil(float(est.min()) * 1.1) + 4, int(remaining.min()), cap))
+        k_first = max(1, min(math.ceil(float(est.min()) * 1.1) + 4, lo, cap))
         if first_finish:
             return k_first
         k_all = min(
             math.ceil(float(est.max()) * 1.1) + 4,
-            int(remaining.max()),
+            hi,
             cap,
             horizon,
             SPEC_BLOCK_CELLS // len(remaining),
         )
         return max(k_first, k_all)
 
-    def _outcomes(self, ids: np.ndarray, arrays: SpecArrays, k: int) -> tuple[np.ndarray, Draw]:
+    def _outcomes(
+        self, ids: np.ndarray, arrays: SpecArrays, k: int, rows: np.ndarray, every_row: bool
+    ) -> tuple[np.ndarray, Draw]:
         """Tokens per row per iteration (plain rows emit 1; decoupled rows sit out the
-        iteration after each rejected window) and the acceptance source's draw."""
+        iteration after each rejected window) and the acceptance source's draw. `rows`:
+        the rows that speculate (`every_row`: all of them)."""
         alpha, gamma, methods, window, _, _ = arrays
         topk = max(1, self.spec.topk)
-        if isinstance(arrays, _WorkerArrays) and not window[0]:
-            # every row drafts, coupled: the draw is the block (a fresh array it hands over)
+        if every_row:
+            # the draw is the block (a fresh array the source hands over), of every row as
+            # they are: the same values as selecting all of them
             draw = self.acceptance.draw(self.rng, ids, methods, alpha, gamma, topk, k)
             if draw.tokens.dtype == np.int16 and draw.tokens.shape == (len(ids), k):
-                return draw.tokens, draw
+                x = draw.tokens
+            else:
+                x = np.ones((len(ids), k), np.int16)
+                x[:] = draw.tokens
+            if isinstance(arrays, _WorkerArrays) and not window[0]:
+                return x, draw  # coupled
+        else:
             x = np.ones((len(ids), k), np.int16)
-            x[:] = draw.tokens
-            return x, draw
-        rows = gamma > 0
-        x = np.ones((len(ids), k), np.int16)
-        draw = self.acceptance.draw(self.rng, ids[rows], methods[rows], alpha[rows], gamma[rows], topk, k)
-        x[rows] = draw.tokens
+            draw = self.acceptance.draw(self.rng, ids[rows], methods[rows], alpha[rows], gamma[rows], topk, k)
+            x[rows] = draw.tokens
         dec = window > 0
         if dec.any():
             x[dec] = stall_after_rejection(x[dec], window[dec])
         return x, draw
 
-    def _layout(self, ids: np.ndarray, remaining: np.ndarray, x: np.ndarray, first_finish: bool) -> _Block:
+    def _layout(
+        self, ids: np.ndarray, remaining: np.ndarray, rem: np.ndarray, x: np.ndarray, first_finish: bool
+    ) -> _Block:
         """Where each row finishes and the batch's context per iteration; the block ends at
-        the first finish when requests wait, and before the KV cache would overflow."""
+        the first finish when requests wait, and before the KV cache would overflow. `rem`:
+        `remaining`, narrowed to int32 where it fits."""
         k = x.shape[1]
-        cum = x.cumsum(axis=1, dtype=np.int32)
-        fin = finish_columns(cum, remaining)
+        # x.cumsum(axis=1, dtype=np.int32), accumulated in place after one cast: the cast
+        # inside the accumulation runs through numpy's small buffers, several times slower
+        # on a large block
+        cum = x.astype(np.int32)
+        np.cumsum(cum, axis=1, out=cum)
+        fin = finish_columns(cum, rem)
         if first_finish and (fin < k).any():
             k = int(fin.min()) + 1
             x, cum = x[:, :k], cum[:, :k]
             fin = np.minimum(fin, k)
         # tokens emitted per iteration (a row's last iteration emits only what it had left)
-        colsum = capped_column_sums(cum, remaining)
+        colsum = capped_column_sums(cum, rem)
         emitted = colsum.copy()
         emitted[1:] -= colsum[:-1]
         before = colsum - emitted
@@ -348,7 +436,7 @@ class SpecPlanner:
         ctx_r = self.host.state.context(ids).astype(np.float64)
         ctx = ctx_r.sum() + before
         if gone[-1]:  # else nobody leaves within the block: nothing to take off (x - 0.0 == x)
-            ctx -= np.concatenate([[0.0], (ctx_r + remaining)[order].cumsum()])[gone]
+            ctx -= _prefix_sums((ctx_r + remaining).take(order)).take(gone)
         over = ctx + emitted > self.kv_capacity
         if over.any():
             k = max(1, int(np.argmax(over)))
@@ -386,7 +474,7 @@ class SpecPlanner:
             new_tokens = round(float(slots.sum()))
         else:
             batch = (b - gone).astype(np.float64)
-            gone_slots = np.concatenate([[0.0], slots[blk.order].cumsum()])[gone]
+            gone_slots = _prefix_sums(slots.take(blk.order)).take(gone)
             new_tokens = np.rint(slots.sum() - gone_slots)  # np.round to 0 decimals is rint
         verify_s = self.verify_time(
             ids, methods, gamma, batch, new_tokens, blk.ctx, blk.order, gone, exact_slots is not None
@@ -396,6 +484,53 @@ class SpecPlanner:
         if draft.shape != (blk.k,):
             draft = np.broadcast_to(draft, (blk.k,))
         return np.maximum(verify_s, decoupled) + coupled, draft
+
+    def _uniform_iteration_seconds(
+        self, ids: np.ndarray, arrays: SpecArrays, blk: _Block
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`_iteration_seconds` when every row drafts with the worker's method, coupled, and
+        the draft slots are expected ones (no exact replay): the same operations on the same
+        values, without the per-row selections and checks that mixed settings need."""
+        _, gamma, methods, _, topk, verify = arrays
+        st, host, b, gone = self.host.state, self.host, len(ids), blk.gone
+        # verify * fill + 1 of the general path: int * float64 is the float64 product
+        slots = st.fill_mat[ids, self.method_idx] * int(verify[0]) + 1
+        batch: np.ndarray | int
+        new_tokens: np.ndarray | int
+        if gone[-1] == 0:
+            batch = b
+            new_tokens = round(float(slots.sum()))
+        else:
+            batch = (b - gone).astype(np.float64)
+            new_tokens = np.rint(slots.sum() - _prefix_sums(slots.take(blk.order)).take(gone))
+        g = int(gamma[0])
+        if _any_miss(st.hit_mat, st.derived):  # some request drafts in fewer than all iterations
+            verify_s = self.verify_time(
+                ids, methods, gamma, batch, new_tokens, blk.ctx, blk.order, gone, False
+            )
+        else:
+            kw = {"gamma": g} if host.cost_takes_gamma else {}
+            verify_s = np.asarray(
+                host.cost.iteration_time(batch, new_tokens, blk.ctx, **kw), dtype=np.float64
+            )
+        coupled = self._uniform_draft_times(int(methods[0]), g, int(topk[0]), blk.ctx, batch)
+        if verify_s.min() >= 0.0:
+            # no decoupled drafter: max(0 - verify, 0) is 0 and max(verify, 0) is verify
+            return verify_s + coupled, coupled
+        zeros = np.zeros(blk.k)
+        return np.maximum(verify_s, zeros) + coupled, coupled + np.maximum(zeros - verify_s, 0.0)
+
+    def _uniform_draft_times(
+        self, method: int, gamma: int, topk: int, ctx: np.ndarray, batch: np.ndarray | int
+    ) -> np.ndarray:
+        """Coupled drafting seconds per iteration when every row drafts `method` at depth
+        `gamma` on `topk` paths: `draft_times`' shortcut for that case (its first part)."""
+        st, host = self.host.state, self.host
+        n = batch if np.ndim(batch) else float(batch)
+        share = ctx * (n / np.maximum(n, 1.0))
+        drafter = host.drafter_for(st.methods[method])
+        t = host.cost.draft_time(drafter, n * topk, share * topk, gamma)
+        return np.zeros(len(ctx)) + np.where(np.asarray(n) > 0, t, 0.0)
 
     # ------------------------------------------------------------------------- pricing
     def verify_time(

@@ -194,13 +194,14 @@ class StepReplay:
         st = self.state
         # the trace's chain acceptance (the engine boosts `alpha` for trees)
         chain = st.accept_mat[rids, method]
-        own = st.req_gamma[rids] > 0
+        own = st.req_gamma.take(rids) > 0
+        uniform: int | None = None  # the one path count of every row, where known
         if own.any():
             paths = np.where(own, st.req_topk[rids], worker_topk).astype(np.int64)
         else:
-            paths = np.full(len(rids), worker_topk, np.int64)
+            paths, uniform = np.full(len(rids), worker_topk, np.int64), worker_topk
         siblings = self._siblings(rids) if rule.source == "group" else None
-        p = self._group_model(rule, rids, chain, paths, siblings)
+        p = self._group_model(rule, rids, chain, paths, siblings, uniform)
         depth = np.maximum(gamma.astype(np.int64, copy=False), 1)
         return sample_tokens(rng, p, depth, iterations), ModelProbe(rule, rids, paths, chain, p, siblings)
 
@@ -308,15 +309,17 @@ class StepReplay:
         alpha: np.ndarray,
         paths: np.ndarray,
         siblings: tuple[np.ndarray, np.ndarray] | None = None,
+        uniform: int | None = None,
     ) -> np.ndarray:
         """Per-token acceptance from Seer Table 2 at the request's visible sibling count.
-        `siblings`: the rows' `_siblings`, when the caller has them already."""
+        `siblings`: the rows' `_siblings`, when the caller has them already; `uniform`: the
+        path count of every row, when the caller knows they are all alike."""
         if rule.source == "group":
             refs = self._visible_refs(rids, rule.append_tokens, siblings or self._siblings(rids))
         else:
             refs = np.zeros(len(rids))
-        k0 = int(paths[0]) if len(paths) else 1
-        if (paths == k0).all():
+        k0 = uniform if uniform is not None else int(paths[0]) if len(paths) else 1
+        if uniform is not None or (paths == k0).all():
             out = np.interp(refs, *self._table2_grid(k0))
         else:
             out = np.empty(len(rids))
@@ -340,7 +343,12 @@ class StepReplay:
         st = self.state
         sib, none = siblings
         gen = st.generated.take(sib)  # take: a fancy index's copy, with less overhead
-        vis = gen - gen % append_tokens  # what the last batched append made visible
+        # what the last batched append made visible: gen - gen % append_tokens, which for a
+        # power of two (the default 16) is gen with its low bits cleared (floor semantics)
+        if append_tokens & (append_tokens - 1):
+            vis = gen - gen % append_tokens
+        else:
+            vis = np.bitwise_and(gen, -append_tokens, out=gen)
         share = vis / np.maximum(st.generated.take(rids), 1)[:, None]
         np.minimum(share, 1.0, out=share)
         np.copyto(share, 1.0, where=st.state.take(sib) == FINISHED)

@@ -318,9 +318,11 @@ class Worker:
         if plan.tokens is None:
             progress = np.minimum(done, plan.remaining)  # tokens since the plan started
             prev = np.minimum(pos, plan.remaining)
+            gained = progress - prev
         else:
-            progress, prev = self._apply_speculative(plan, done, pos)
-        gained = progress - prev
+            progress, prev, gained = self._apply_speculative(plan, done, pos)
+        # rows still running when the stretch began (prev is 0 in a plan's first stretch)
+        was = prev < plan.remaining if prev is not None else plan.remaining > 0
         if self._rows_left:  # a row finished or cancelled elsewhere meanwhile keeps its count
             gone = (st.state[ids] == FINISHED) | (st.state[ids] == CANCELLED)
             gained = np.where(gone, 0, gained)
@@ -328,11 +330,12 @@ class Worker:
         left = plan.remaining - progress
         now = host.env.now if end_s is None else end_s
         t0 = now - float(plan.cum_s[done - 1] - (plan.cum_s[pos - 1] if pos else 0.0))
-        host.record_segment(self.id, t0, now, done - pos, plan, int((prev < plan.remaining).sum()), pos)
+        host.record_segment(self.id, t0, now, done - pos, plan, int(np.count_nonzero(was)), pos)
         self.iteration += done - pos
         on_tick = self.ticks.advance(done - pos)
         alive = left > 0
-        ended = ~alive & (prev < plan.remaining)  # ended in this stretch
+        ended = ~alive & was  # ended in this stretch
+        finished: list[int] = []
         if self._rows_left:
             # A request migrated away mid-block finished its in-flight iteration here but no
             # longer belongs to this worker.
@@ -340,41 +343,34 @@ class Worker:
             mine = (st.worker[ids] == self.id) & (st.state[ids] == RUNNING)
             ended &= mine
             self.running = ids[mine & alive]
+            finished = ids[ended].tolist()
         elif ended.any():
             self.running = ids[alive]
-        finished = ids[ended].tolist()
+            finished = ids[ended].tolist()
         for rid in finished:
             host.end_dispatch(rid, self.id, now)
         if self.ticks.deliver(on_tick, bool(finished)):
             host.emit(Tick(time_s=now, worker=self.id, iteration=self.iteration))
         return on_tick
 
-    def _apply_speculative(self, plan: Plan, done: int, pos: int) -> tuple[np.ndarray, np.ndarray]:
-        """(progress at `done`, progress at `pos`) of a speculative plan's rows since it
-        started; credits the speculating rows' draft counters for the stretch."""
+    def _apply_speculative(
+        self, plan: Plan, done: int, pos: int
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(progress at `done`, progress at `pos` (None at 0: nothing yet), tokens gained)
+        of a speculative plan's rows since it started; credits the speculating rows' draft
+        counters for the stretch."""
         st = self.host.state
-        ids = plan.ids
-        assert plan.cum is not None and plan.finish is not None and plan.tokens is not None
-        progress = np.minimum(plan.cum[:, done - 1], plan.remaining)
-        prev = np.minimum(plan.cum[:, pos - 1], plan.remaining) if pos else np.zeros_like(progress)
-        # iterations each row took part in (up to its finish column); decoupled rows
-        # verified only where they emitted
-        last = plan.finish + 1
-        iters = np.minimum(done, last) - np.minimum(pos, last)
-        if plan.decoupled_rows is not None:
-            dec = plan.decoupled_rows
-            cols = np.arange(pos, done)
-            iters[dec] = ((plan.tokens[dec, pos:done] > 0) & (cols < last[dec, None])).sum(axis=1)
+        progress, prev, gained, iters = plan.speculative_stretch(done, pos)
         rows = plan.spec_rows
         assert rows is not None and plan.gamma is not None
-        gained, gamma = progress - prev, plan.gamma
-        if not rows.all():  # (every row speculates in most plans: no selection then)
-            ids, iters, gained, gamma = ids[rows], iters[rows], gained[rows], gamma[rows]
-        st.spec_iters[ids] += iters
-        st.spec_tokens[ids] += gained
-        st.drafted[ids] += iters * gamma
-        st.accepted[ids] += gained - iters
-        return progress, prev
+        spec_ids, spec_gained, gamma = plan.ids, gained, plan.gamma
+        if not plan.every_row_speculates and not rows.all():  # (no selection in most plans)
+            spec_ids, iters, spec_gained, gamma = spec_ids[rows], iters[rows], gained[rows], gamma[rows]
+        st.spec_iters[spec_ids] += iters
+        st.spec_tokens[spec_ids] += spec_gained
+        st.drafted[spec_ids] += iters * gamma
+        st.accepted[spec_ids] += spec_gained - iters
+        return progress, prev, gained
 
     # ------------------------------------------------------------------------- loop
     def run(self) -> Generator[simpy.Event, object, None]:

@@ -215,11 +215,24 @@ def test_ticks_are_reported_every_period_without_ending_the_block() -> None:
 @pytest.mark.parametrize("policy", ["ngram", "spec-coupled", "efficientrollout"])
 def test_uniform_drafting_shortcut_prices_like_the_general_path(policy: str, monkeypatch) -> None:
     """Every plan of a run priced both ways: the shortcut for "all rows draft alike,
-    coupled" (the batch the plan already counted) must equal the per-method general path."""
+    coupled" (the batch the plan already counted) must equal the per-method general path;
+    and a plan whose rows all follow the worker's setting, priced by the planner's
+    uniform path, equals the general `_iteration_seconds` (which runs both drafting paths)."""
     from simctl.sim.spec_planner import SpecPlanner
 
     general = SpecPlanner.draft_times
+    general_seconds = SpecPlanner._iteration_seconds
+    uniform_seconds = SpecPlanner._uniform_iteration_seconds
     checked = []
+    uniform = []
+
+    def both_seconds(self, ids, arrays, blk):
+        fast = uniform_seconds(self, ids, arrays, blk)
+        slow = general_seconds(self, ids, arrays, blk, None)
+        np.testing.assert_array_equal(fast[0], slow[0])
+        np.testing.assert_array_equal(fast[1], slow[1])
+        uniform.append(True)
+        return fast
 
     def both(self, ids, methods, gamma, window, topk, ctx, finish, batch=None):
         slow = general(self, ids, methods, gamma, window, topk, ctx, finish)
@@ -230,8 +243,10 @@ def test_uniform_drafting_shortcut_prices_like_the_general_path(policy: str, mon
         return fast
 
     monkeypatch.setattr(SpecPlanner, "draft_times", both)
+    monkeypatch.setattr(SpecPlanner, "_uniform_iteration_seconds", both_seconds)
     lengths = random_lengths(5, 48, hi=900)
     trace = make_trace(make_frame(lengths, accept={"ngram": 0.5, "draft_small": 0.6, "w4_self": 0.7}))
     # TP1: there W4 self-drafting pays off and EfficientRollout's toggle switches SD on
     run_one(trace, policy, cluster="h100x8:tp1")
     assert sum(checked) >= 2, checked  # the shortcut was exercised
+    assert len(uniform) >= 2  # and the planner's uniform path
