@@ -92,9 +92,10 @@ from simctl.policies.contract import (
 )
 from simctl.policies.draft_methods import DraftMethod
 from simctl.policies.draft_rule import DraftRule
-from simctl.policies.drafter_arms import Arm, ArmTables, Key
+from simctl.policies.drafter_arms import Arm, Key
 from simctl.policies.drafter_assignment import Assignment, Option
 from simctl.policies.drafter_evidence import DrafterEvidence
+from simctl.policies.drafter_first_choice import MODEL_FREE, FirstChoice
 from simctl.policies.fastest_of_n import Rung
 from simctl.policies.rhymerl_spec import PREFIX_MAX, PREFIX_MIN
 from simctl.policies.rhymerl_spec import PRIOR_ACCEPT as HISTORY_PRIOR
@@ -107,8 +108,6 @@ from simctl.policies.speactor import DEFAULT_PRIOR
 DEFAULT_METHODS = (DraftMethod.SUFFIX, DraftMethod.HISTORY, DraftMethod.DRAFT_SMALL, DraftMethod.EAGLE)
 # w4_self: EfficientRollout Table 4, tau 5.18 at gamma 5.
 PRIORS: dict[str, float] = {**DEFAULT_PRIOR, DraftMethod.HISTORY: HISTORY_PRIOR, DraftMethod.W4_SELF: 0.94}
-# drafting costs (almost) no GPU time
-MODEL_FREE = frozenset(m.value for m in DraftMethod if m.model_free)
 PER_REQUEST_BATCH = 64
 POOL_PRIOR_ITERATIONS = 256.0
 REQUEST_PRIOR_ITERATIONS = 32.0
@@ -117,7 +116,7 @@ REQUEST_HORIZON = 512.0  # the same for one request's evidence
 LADDER_CONTEXT = 8192  # tokens per request assumed when the ladder is asked without requests
 
 
-class BestDrafter(DrafterEvidence, ArmTables, Policy):
+class BestDrafter(DrafterEvidence, FirstChoice, Policy):
     """Per-request draft method and per-batch depth (see the module docstring)."""
 
     requires = frozenset({Capability.SPEC_PER_WORKER, Capability.SPEC_PER_REQUEST})
@@ -282,7 +281,8 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
 
         This runs at every tick of every worker, so the per-request work is done once per
         call (each request's best arm per method, `_options`) and the greedy drop loop
-        works on those (`Assignment`)."""
+        works on those (`Assignment`). Mostly no request chooses a draft model and the
+        loop stops at its first choice, which `_first_choice` finds without the options."""
         wv = view.worker(worker)
         b = batch if batch is not None else wv.running + wv.waiting
         if b <= 0:
@@ -298,6 +298,9 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
         owns = self._observe(rids, view, worker)
         pooled = {m: self.pooled(m) for m in self._allowed() if self.fixed is None or m == self.fixed}
         # (`_allowed` leaves out what the executor cannot draft with, `fixed` included)
+        first = self._first_choice(view, key, rids, pooled, owns, (1 + 1e-9) / plain)
+        if first is not None:  # no draft model chosen: the greedy loop would stop at once
+            return self._apply(worker, first, rids)
         trial = Assignment(view, b, ctx, self._options(view, key, rids, pooled, owns), (1 + 1e-9) / plain)
         # Greedy: while model drafters are in use, drop the one whose removal most raises the
         # worker's rate, if it does. (The rate of the first choice is needed only to compare
@@ -377,21 +380,6 @@ class BestDrafter(DrafterEvidence, ArmTables, Policy):
                 opts[j] = Option(m, arm, best[1], p)
             out.append(_present(opts, complete and base is shared))
         return out
-
-    def _option(
-        self,
-        view: ClusterView,
-        key: Key,
-        method: str,
-        p: float,
-        table: dict[int, tuple[Arm | None, float]],
-    ) -> Option | None:
-        """The method's best option at acceptance p (None: the method has no arm)."""
-        level = round(p * 200)
-        got = table.get(level)
-        if got is None:
-            got = table[level] = self._best_of_method(view, key, method, level)
-        return Option(method, got[0], got[1], p) if got[0] is not None else None
 
     def _worker_arm(self, view: ClusterView, key: Key, plain: float) -> Arm | None:
         allowed = (self.fixed,) if self.fixed else self._allowed()

@@ -27,6 +27,7 @@ Conversion = tuple[float, float, float, float]
 # drafted * _PAIR + accepted, depth, multi-path gain (None: a chain)
 Reading = tuple[str, dict[int, Conversion], int, float | None]
 _PAIR = 1 << 32  # (an integer key is hashed and compared without a tuple's indirections)
+_NONE = object()  # (no setting read yet)
 
 
 class DrafterEvidence:
@@ -142,6 +143,12 @@ class DrafterEvidence:
         prompt = self._prompt
         owns: list[dict[str, list[float]] | None] = []
         drafted_now, accepted_now, specs = draft_counters(view, rids)
+        # the last setting read and the last method credited: a worker's requests mostly
+        # share both (one lookup each per run of equal ones, not per request)
+        last_spec: object = _NONE
+        read: tuple[SpecConfig, Reading | None, bool] | None = None
+        last_method: str | None = None
+        pool = [0.0, 0.0]
         for rid, d_now, a_now, spec in zip(rids, drafted_now, accepted_now, specs, strict=True):
             rec = seen.get(rid)
             if rec is None:  # first read this step (a request's prompt never changes)
@@ -158,9 +165,11 @@ class DrafterEvidence:
             owns.append(own)
             if drafted <= 0:  # nothing drafted since the last read: `record` ignores it
                 continue
-            read = readings.get(id(spec))
-            if read is None:
-                read = self._reading(spec)
+            if spec is not last_spec or read is None:
+                last_spec = spec
+                read = readings.get(id(spec))
+                if read is None:
+                    read = self._reading(spec)
             reading = read[1]
             if reading is None:
                 if read[2]:  # told to decode plainly
@@ -183,13 +192,15 @@ class DrafterEvidence:
             mine = own.get(method)
             if mine is None:
                 mine = own[method] = [0.0, 0.0]
+            gain = q * iterations
             mine[0] += iterations
-            mine[1] += q * iterations
-            pool = pool_of.get(method)
-            if pool is None:
-                pool = pool_of[method] = [0.0, 0.0]
+            mine[1] += gain
+            if method != last_method:
+                last_method = method
+                got = pool_of.get(method)
+                pool = pool_of[method] = [0.0, 0.0] if got is None else got
             pool[0] = pool[0] * keep_pool + iterations
-            pool[1] = pool[1] * keep_pool + q * iterations
+            pool[1] = pool[1] * keep_pool + gain
         return owns
 
     def _reading(self, spec: SpecConfig) -> tuple[SpecConfig, Reading | None, bool]:

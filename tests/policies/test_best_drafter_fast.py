@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simctl.policies.best_drafter import BestDrafter
+from simctl.policies.best_drafter import MODEL_FREE, BestDrafter
 from simctl.policies.contract import SPEC_OFF, SPEC_PLAIN, SpecConfig
 from simctl.policies.drafter_arms import MULTI_PATH, Arm
 from simctl.policies.drafter_assignment import Assignment, Option
@@ -183,3 +183,79 @@ def test_worker_rate_equals_the_counter_form(seed: int) -> None:
     got = trial.rate(allowed)
     want = _counter_rate(trial, trial.choice(allowed))
     assert got == want or (math.isnan(got) and math.isnan(want))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rates=st.lists(
+        st.one_of(st.sampled_from([0.0, 1.0, 1.0 + 1e-9, 1.0 + 2e-9, 1.0 + 3e-9]), st.floats(0.0, 5.0)),
+        min_size=1,
+        max_size=24,
+    ),
+    level=st.integers(0, 200),
+)
+def test_best_of_method_equals_the_scan_for_any_rates(rates: list[float], level: int) -> None:
+    """`_best_of_method`'s shortcut (the highest rate when no other is within 1 + 2e-9 of
+    it) against the plain scan, for rates with exact and near ties and zeros anywhere."""
+    drafter = BestDrafter(("eagle",))
+    view = FakeView.make(1)
+    key = drafter._key(4, 1000.0)
+    arms = drafter._method_arms(view, key, "eagle")
+    n = min(len(arms), len(rates))
+    tokens = [arm.tokens(level / 200) for arm in arms[:n]]
+    # time = tokens / rate (an infinite time for a zero rate)
+    drafter._arms_by_method[key]["eagle"] = [
+        Arm(arm.spec, tokens[i] / rates[i] if rates[i] else math.inf, arm.ratio)
+        for i, arm in enumerate(arms[:n])
+    ]
+    got = drafter._best_of_method(view, key, "eagle", level)
+    best: tuple[Arm | None, float] = (None, -1.0)
+    for arm in drafter._arms_by_method[key]["eagle"]:
+        rate = arm.tokens(level / 200) / arm.time_s
+        if rate > best[1] * (1 + 1e-9):
+            best = (arm, rate)
+    assert got[0] is best[0] and got[1] == best[1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1), methods=st.sampled_from([("suffix", "draft_small", "eagle"), ("suffix",)])
+)
+def test_first_choice_equals_the_assignment_scan(seed: int, methods: tuple[str, ...]) -> None:
+    """Random evidence (none, one method or two per request) and costs: where
+    `_first_choice` answers, it is the first choice `Assignment` makes of `_options`."""
+    rng = np.random.default_rng(seed)
+    drafter = BestDrafter(methods)
+    view = FakeView.make(1)
+    view.t_per_token = float(10 ** rng.uniform(-6.5, -3.5))
+    view.t_draft_step = float(rng.choice([0.0, 1e-5, 2e-3]))
+    drafter._ratio = {1: 1.0, 2: 1.13, 4: 1.27}
+    b = int(rng.integers(1, 40))
+    key = drafter._key(b, float(rng.uniform(100, 1e5)))
+    plain = drafter._plain_at(view, key)
+    pooled = {m: float(rng.uniform(0.05, 0.95)) for m in methods}
+    owns: list[dict[str, list[float]] | None] = []
+    most = 2 if rng.random() < 0.2 else 1  # (two methods: the general path)
+    for _ in range(b):
+        ran = rng.choice(len(methods) + 1, int(rng.integers(0, most + 1)), replace=False)
+        own = {}
+        for i in ran.tolist():
+            m = methods[i - 1] if i else "history"  # (a method not allowed here)
+            it = float(rng.uniform(0.1, 300))
+            own[m] = [it, it * float(rng.uniform(0.0, 0.99))]
+        owns.append(own or (None if rng.random() < 0.5 else {}))
+    rids = list(range(b))
+    threshold = (1 + 1e-9) / plain
+    got = drafter._first_choice(view, key, rids, pooled, owns, threshold)
+    trial = Assignment(view, b, key[1], drafter._options(view, key, rids, pooled, owns), threshold)
+    want = [o.arm if o is not None else None for o in trial.choice(frozenset(pooled))]
+    if got is None:  # only where a draft model is chosen or a request has two methods
+        alone = Assignment(view, b, key[1], drafter._options(view, key, [b], pooled, [None]), threshold)
+        (pooled_choice,) = alone.choice(frozenset(pooled))
+        assert (
+            any(a is not None and a.method not in MODEL_FREE for a in want)
+            or any(own is not None and len(own) > 1 for own in owns)
+            or (pooled_choice is not None and pooled_choice.method not in MODEL_FREE)
+        )
+    else:
+        assert got == want
