@@ -336,13 +336,7 @@ class BestDrafter(DrafterEvidence, FirstChoice, Policy):
         built once and shared, and a request's list is the shared one with its own
         methods' options put in."""
         n0 = self.request_prior_iterations
-        methods = list(pooled)
-        tables = [self._best.setdefault((key, m), {}) for m in methods]
-        # (as `_blend` at no evidence: n0 * pm / n0 need not be pm exactly)
-        shared = [
-            self._option(view, key, m, (0.0 + n0 * pooled[m]) / (0.0 + n0), tables[j])
-            for j, m in enumerate(methods)
-        ]
+        methods, tables, shared = self._shared_options(view, key, pooled)
         # method -> (its column, its best-arm table, n0 * its pooled acceptance), for the
         # methods with an arm (an option is None only where its method has no arm)
         column = {m: (j, tables[j], n0 * pooled[m]) for j, m in enumerate(methods) if shared[j] is not None}

@@ -41,6 +41,21 @@ class FirstChoice(ArmTables):
             got = table[level] = self._best_of_method(view, key, method, level)
         return Option(method, got[0], got[1], p) if got[0] is not None else None
 
+    def _shared_options(
+        self, view: ClusterView, key: Key, pooled: dict[str, float]
+    ) -> tuple[list[str], list[dict[int, tuple[Arm | None, float]]], list[Option | None]]:
+        """(methods, their best-arm tables, their options) at the pooled acceptance: what
+        every request without evidence of its own gets (as `_blend` at no evidence:
+        n0 * pm / n0 need not be pm exactly, so it is computed the same way)."""
+        n0 = self.request_prior_iterations
+        methods = list(pooled)
+        tables = [self._best.setdefault((key, m), {}) for m in methods]
+        shared = [
+            self._option(view, key, m, (0.0 + n0 * pooled[m]) / (0.0 + n0), tables[j])
+            for j, m in enumerate(methods)
+        ]
+        return methods, tables, shared
+
     def _first_choice(
         self,
         view: ClusterView,
@@ -62,13 +77,7 @@ class FirstChoice(ArmTables):
         if DraftMethod.HISTORY in pooled:
             return None
         n0 = self.request_prior_iterations
-        methods = list(pooled)
-        tables = [self._best.setdefault((key, m), {}) for m in methods]
-        # (as `_options`: the shared options at the pooled acceptance, `_blend` at no evidence)
-        shared = [
-            self._option(view, key, m, (0.0 + n0 * pooled[m]) / (0.0 + n0), tables[j])
-            for j, m in enumerate(methods)
-        ]
+        methods, tables, shared = self._shared_options(view, key, pooled)
         rated = [(o.arm, o.rate) if o is not None else None for o in shared]
         # the scan's state (best arm, its rate) before each column, over the shared options
         before: list[tuple[Arm | None, float]] = []
