@@ -76,9 +76,10 @@ def measure(trace: Path, factor: int, policy: str, step: int = 0) -> dict:
 def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: dict | None) -> str:
     if "error" in small:
         return f"{name:32s} error: {small['error']}"
-    cells = f"{name:32s} {small['cpu_s']:8.2f} {small['cpu_s'] / base_small['cpu_s']:7.2f}"
-    if big is None or base_big is None:
-        return cells
+    ratio = small["cpu_s"] / base_small["cpu_s"]
+    cells = f"{name:32s} {small['cpu_s']:8.2f} {ratio:7.2f}"
+    if big is None or base_big is None:  # no growth measured: flag the ratio alone
+        return cells + ("" if ratio <= TARGET_VS_VERL else "  *")
     if "error" in big:
         return cells + f"  error: {big['error']}"
     growth = big["cpu_s"] / small["cpu_s"]
@@ -110,9 +111,13 @@ def study_projection(cpu_per_step: dict[str, float]) -> None:
 def table(title: str, trace: Path, policies: list[str], factor: int) -> dict[str, float]:
     """Measure and print one trace's table as it goes (a slow policy shows up at once);
     returns CPU s per step at 1x by policy."""
-    print(f"\n{title}: {trace.name}, step 0; 1x and {factor}x cluster (same requests/worker)")
-    big, growth = f"cpu s {factor}x", f"{factor}x/1x"
-    print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s} {big:>9s} {'x verl':>7s} {growth:>7s}")
+    if factor > 1:
+        print(f"\n{title}: {trace.name}, step 0; 1x and {factor}x cluster (same requests/worker)")
+        big, growth = f"cpu s {factor}x", f"{factor}x/1x"
+        print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s} {big:>9s} {'x verl':>7s} {growth:>7s}")
+    else:
+        print(f"\n{title}: {trace.name}, step 0 (no growth measured: --factor 1)")
+        print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s}")
     base_small = measure(trace, 1, BASELINE)
     cpu: dict[str, float] = {}
     base_big = measure(trace, factor, BASELINE) if factor > 1 else None
