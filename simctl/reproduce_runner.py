@@ -179,7 +179,7 @@ def sweep(runner: Runner, e: Experiment, s: Sensitivity, quick: bool) -> Curve:
     scale = dataclasses.replace(scale, steps=s.sweep_steps(scale.steps, quick))
     values = s.grid(quick)
     metric: list[float] = []
-    idle: list[float] = []
+    idle: list[float] = []  # only where the baseline reads the input (else one replay)
     if s.reads(e.policy) or s.reads(e.baseline):
         for v in values:
             variant: Variant = None if v == s.calibrated else (s, v)
@@ -189,17 +189,28 @@ def sweep(runner: Runner, e: Experiment, s: Sensitivity, quick: bool) -> Curve:
                 if variant is None:
                     raise
                 metric.append(math.nan)
-                idle.append(math.nan)
+                if s.reads(e.baseline):
+                    idle.append(math.nan)
                 continue
             finite = [x for _, _, x in samples if math.isfinite(x)]
             metric.append(sum(finite) / len(finite) if finite else math.nan)
-            idle.append(_baseline_idle(runner, e, scale, variant))
+            if s.reads(e.baseline):
+                idle.append(_baseline_idle(runner, e, scale, variant))
     else:
         values = ()  # neither run reads the input: no curve to draw
     reach = crossing(values, metric, e.value.lo, e.value.hi, s.calibrated) if values else None
-    # the baseline's idleness moves only where it reads the input (else it is one replay)
-    idle_at = tuple(idle) if s.reads(e.baseline) else ()
-    return Curve(s.input, s.label, s.calibrated, values, tuple(metric), reach, 1, scale.steps, s.why, idle_at)
+    return Curve(
+        s.input,
+        s.label,
+        s.calibrated,
+        values,
+        tuple(metric),
+        reach,
+        1,
+        scale.steps,
+        s.why,
+        baseline_idle=tuple(idle),
+    )
 
 
 def _baseline_idle(runner: Runner, e: Experiment, scale: Scale, variant: Variant) -> float:

@@ -51,6 +51,16 @@ def _reference_read(
     ref.record(rid, spec.method, spec.gamma, ratio, rv.drafted_tokens - d0, rv.accepted_tokens - a0)
 
 
+def _plain_scan(arms: list[Arm], level: int) -> tuple[Arm | None, float]:
+    """The straightforward best-arm scan `_best_of_method` must agree with."""
+    best: tuple[Arm | None, float] = (None, -1.0)
+    for arm in arms:
+        rate = arm.tokens(level / 200) / arm.time_s
+        if rate > best[1] * (1 + 1e-9):
+            best = (arm, rate)
+    return best
+
+
 @settings(max_examples=120, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), reads=st.integers(1, 12), worker_setting=st.sampled_from(SETTINGS))
 def test_observe_equals_record_per_request(seed: int, reads: int, worker_setting: SpecConfig) -> None:
@@ -118,11 +128,7 @@ def test_best_of_method_is_the_plain_scan(times: list[float], level: int, tie: f
         for i, arm in enumerate(arms[:n])
     ]
     got = drafter._best_of_method(view, key, "eagle", level)
-    best: tuple[Arm | None, float] = (None, -1.0)
-    for arm in drafter._arms_by_method[key]["eagle"]:
-        rate = arm.tokens(level / 200) / arm.time_s
-        if rate > best[1] * (1 + 1e-9):
-            best = (arm, rate)
+    best = _plain_scan(drafter._arms_by_method[key]["eagle"], level)
     assert got[0] is best[0] and got[1] == best[1]
 
 
@@ -209,11 +215,7 @@ def test_best_of_method_equals_the_scan_for_any_rates(rates: list[float], level:
         for i, arm in enumerate(arms[:n])
     ]
     got = drafter._best_of_method(view, key, "eagle", level)
-    best: tuple[Arm | None, float] = (None, -1.0)
-    for arm in drafter._arms_by_method[key]["eagle"]:
-        rate = arm.tokens(level / 200) / arm.time_s
-        if rate > best[1] * (1 + 1e-9):
-            best = (arm, rate)
+    best = _plain_scan(drafter._arms_by_method[key]["eagle"], level)
     assert got[0] is best[0] and got[1] == best[1]
 
 
