@@ -9,7 +9,8 @@ rejection (§5.4). No drafting without history: the first epoch runs plain (§6.
 
 Batch-size threshold (§5.4): "through pre-profiling, HistoSpec gets the maximum viable
 batch size for throughput gains at different acceptance rates". Here the profile is the
-executor's cost model, read at the worker's current batch and context: speculation is on
+executor's cost model, read at the worker's running batch (the requests an iteration
+holds; the queue behind a full KV cache does not decode) and context: speculation is on
 while tau * t_plain(b) > t_spec(b), where tau is the tokens per verify iteration observed
 so far (from finished requests' counters; a prior of 65% acceptance, §7.2.2, until then).
 
@@ -134,7 +135,10 @@ class HistoSpec(Policy):
 
     def _configure(self, worker: WorkerId, view: ClusterView) -> list[Action]:
         wv = view.worker(worker)
-        batch = wv.running + wv.waiting
+        # The threshold is on decoding parallelism (§5.4: "increased decoding parallelism
+        # yields higher GPU computational utilization"): the requests an iteration holds, not
+        # the ones queued behind a full KV cache, which run no iteration and cost nothing yet.
+        batch = wv.running or wv.waiting
         if batch == 0:
             return []
         on = speculation_wins(view, batch, float(max(wv.kv_used_tokens, batch)), self.tau, self.verify_gamma)

@@ -10,17 +10,19 @@ import pandas as pd
 import pytest
 
 from simctl.policies.contract import (
+    SPEC_OFF,
     Assign,
     Defer,
     Migrate,
     PromptHistory,
     RequestFinished,
+    SetSpec,
     StepStarted,
     Tick,
 )
 from simctl.policies.rhymerl import VARIANTS
 from simctl.policies.rhymerl_pipe import HistoPipe, ascending, growth_beta, plan_allocation, ranking_groups
-from simctl.policies.rhymerl_spec import speculation_wins
+from simctl.policies.rhymerl_spec import HistoSpec, speculation_wins
 from tests.factories import LinearCost, make_frame, make_trace, run_one
 from tests.policies.fakes import FakeView
 
@@ -136,6 +138,32 @@ def test_histospec_is_off_above_the_batch_threshold_and_on_below() -> None:
     assert speculation_wins(view, 4, 4e3, tau=2.5, gamma=4)
     assert not speculation_wins(view, 2000, 2e6, tau=2.5, gamma=4)
     assert not speculation_wins(view, 4, 4e3, tau=1.0, gamma=4)  # nothing accepted: never
+
+
+@dataclass
+class _ViewWithHistory(FakeView):
+    """FakeView whose prompts all have an earlier epoch (HistoSpec enables itself)."""
+
+    def history(self, prompt_id: int) -> PromptHistory:
+        return PromptHistory(lengths=((100,),), rewards=((1.0,),))
+
+
+def test_histospec_threshold_reads_the_running_batch_not_the_queue() -> None:
+    """A worker decoding 8 requests with 4,000 queued behind a full KV cache speculates: the
+    queue runs no iteration (§5.4 thresholds decoding parallelism). At 4,000 running it
+    does not."""
+    view = _ViewWithHistory(workers=FakeView.make(1).workers)
+    view.t_draft_step = 1e-6
+    view.add_request(0, None, state="waiting")
+    policy = HistoSpec()
+    policy.on_event(StepStarted(time_s=0.0, step=1, epoch=1, requests=(0,)), view)
+    view.set_worker(0, running=8, waiting=4000, kv_used_tokens=8 * 4000)
+    (on,) = policy.on_event(Tick(time_s=1.0, worker=0, iteration=128), view)
+    assert isinstance(on, SetSpec) and on.spec.gamma == policy.verify_gamma
+    assert not speculation_wins(view, 8 + 4000, 8 * 4000, policy.tau, policy.verify_gamma)
+    view.set_worker(0, running=4000, waiting=0, kv_used_tokens=4000 * 4000)
+    (off,) = policy.on_event(Tick(time_s=2.0, worker=0, iteration=256), view)
+    assert isinstance(off, SetSpec) and off.spec == SPEC_OFF
 
 
 def two_epoch_trace() -> tuple:
