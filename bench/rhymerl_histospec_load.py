@@ -61,7 +61,8 @@ def main() -> None:
     df, meta, lists = generate_trace(PRESET, max(steps) + 1, 0, scale=1.0)
     trace = Trace(df=df, meta=meta, lists=lists)
     key = (PRESET, 1.0, steps, 0)
-    print(f"{'cluster':14s} {'req/worker':>10s} {'veRL batch':>10s} {'gain':>6s} {'tau':>5s} {'speculated':>10s}")
+    head = ("req/worker", "veRL batch", "gain", "tau", "speculated")
+    print(f"{'cluster':14s} {head[0]:>10s} {head[1]:>10s} {head[2]:>6s} {head[3]:>5s} {head[4]:>10s}")
     for cluster in args.clusters.split(","):
         base = _one(trace, cluster, key, "verl", measured)
         spec = _one(trace, cluster, key, "histospec-only", measured)
