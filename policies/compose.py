@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from simctl.policies.contract import Action, Capability, ClusterView, Event, Policy, WorkerId
+from simctl.policies.contract import (
+    Action,
+    Capability,
+    ClusterView,
+    Event,
+    Policy,
+    WorkerId,
+    give_offline_profile,
+)
 from simctl.policies.draft_rule import DraftRule
 
 
@@ -43,6 +51,10 @@ class Composed(Policy):
     def wants_ticks(self, worker: WorkerId, view: ClusterView) -> bool:
         """A Tick matters when it matters to any part that asked for Ticks."""
         return any(p.tick_iterations and p.wants_ticks(worker, view) for p in self.parts)
+
+    def offline_profile(self, acceptance: Mapping[str, float]) -> None:
+        for part in self.parts:
+            give_offline_profile(part, acceptance)
 
     def observe(self, actions: Sequence[Action]) -> None:
         for part in self._observers:

@@ -474,6 +474,16 @@ class Policy(ABC):
         per event of a worker whose Ticks are declined; keep it constant-time."""
         return True
 
+    def offline_profile(self, acceptance: Mapping[str, float]) -> None:
+        """The workload's per-token draft acceptance by method, as an offline profile would
+        measure it before the run (SpecActor, arXiv:2511.16193 §4.2, selects its first
+        drafter from such a profile: "the profiling only needs to be done once"). Executors
+        that know it call this once, before the first step: the simulator passes a replayed
+        trace's acceptance (token-weighted over its first replayed step); a live run may pass
+        a profile of its own or none. A policy that plans from profiled acceptance overrides
+        it; the default ignores it."""
+        return None
+
     def observe(self, actions: Sequence[Action]) -> None:
         """Actions another part of the same composed policy returned for the current event,
         before the executor applied them (the view shows them only afterwards).
@@ -482,6 +492,14 @@ class Policy(ABC):
         part that must know placements made at the same instant (e.g. to configure a
         worker a scheduler just filled) overrides it; the default ignores them."""
         return None
+
+
+def give_offline_profile(policy: Policy, acceptance: Mapping[str, float]) -> None:
+    """`policy.offline_profile(acceptance)`, for executors: a duck-typed policy without the
+    method is not told."""
+    tell = getattr(policy, "offline_profile", None)
+    if tell is not None and acceptance:
+        tell(acceptance)
 
 
 def wants_tick(policy: Policy, worker: WorkerId, view: ClusterView) -> bool:

@@ -22,11 +22,13 @@ Choices where the paper is open (all constructor keywords):
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any
 
-from simctl.policies.bulk_reads import draft_counters, request_rows
+from simctl.policies.acceptance_estimate import acceptance_of, pooled_acceptance
+from simctl.policies.bulk_reads import request_rows
 from simctl.policies.contract import (
     Action,
     Assign,
@@ -100,7 +102,8 @@ class SpecActor(Policy):
             caps |= {Capability.REPLICAS}
         self.requires = frozenset(caps)
         self.tick_iterations = reconfig_iterations if reconfig else None
-        self.profiled: dict[str, tuple[int, int]] = {}  # method -> (accepted, drafted) so far
+        # method -> {window: [verify iterations, tokens]} over the steps so far
+        self.profiled: dict[str, dict[int, list[float]]] = {}
         self.fastest = FastestOfN(max_batch=fon_max_batch)  # Algorithm 3, fed the step's ladder
         self._reset_step()
 
@@ -111,6 +114,7 @@ class SpecActor(Policy):
         self.drafters: set[int] = set()
         self.method = ""
         self.window = 0
+        self.step_window = 1  # drafted per verification by requests without their own setting
         self.drafter_gpus = 0
         self.spec_of: dict[int, SpecConfig] = {}
         # (acceptance, drafter worker) -> Algorithm 2's setting this step (`_request_spec`)
@@ -134,8 +138,20 @@ class SpecActor(Policy):
 
     # ------------------------------------------------------------ step start
     def acceptance(self, method: str) -> float:
-        acc, drafted = self.profiled.get(method, (0, 0))
-        return acc / drafted if drafted > 500 else self.prior.get(method, 0.5)
+        """The per-token p the ladder and plan use: profiled from earlier steps once 500
+        verify iterations are in (policies.acceptance_estimate), else the offline profile."""
+        counts = self.profiled.get(method, {})
+        if sum(it for it, _ in counts.values()) > 500:
+            p = pooled_acceptance({k: (v[0], v[1]) for k, v in counts.items()})
+            if p is not None:
+                return p
+        return self.prior.get(method, 0.5)
+
+    def offline_profile(self, acceptance: Mapping[str, float]) -> None:
+        """§4.2: the ladder's first selection uses acceptance "profiled" offline, once ("the
+        profiled results are stable across different steps", Fig. 10); an executor that
+        knows the workload's per-token acceptance by method replaces the default priors."""
+        self.prior.update({m: float(p) for m, p in acceptance.items() if 0.0 < p < 1.0})
 
     def _laws(self, view: ClusterView, method: str) -> CostLaws:
         ctx = float(self.plan_context)
@@ -158,6 +174,7 @@ class SpecActor(Policy):
         self.method, p = top.method, top.acceptance
         verifiers = list(range(n_workers))
         spec = SpecConfig(method=top.method, gamma=top.gamma)
+        self.step_window = top.gamma
         actions: list[Action] = []
         if self.decoupled:
             tp = view.info.tp
@@ -173,6 +190,7 @@ class SpecActor(Policy):
                 self.drafters = set(range(n_workers - n_drafters, n_workers))
                 verifiers = list(range(n_workers - n_drafters))
                 self.window, self.drafter_gpus = plan.window, plan.drafter_gpus
+                self.step_window = plan.window
                 for i, v in enumerate(verifiers):
                     self.drafter_of[v] = n_workers - n_drafters + min(i // per_drafter, n_drafters - 1)
                 actions += [SetRole(worker=d, role=Role.DRAFTER) for d in sorted(self.drafters)]
@@ -207,9 +225,14 @@ class SpecActor(Policy):
         rids = view.worker_requests(worker)
         rows = request_rows(view, rids)
         rates: dict[RequestId, float] = {}
-        for rid, state, drafted, accepted in zip(rids, rows.state, rows.drafted, rows.accepted, strict=True):
-            if state == "running" and drafted:
-                rates[rid] = accepted / drafted  # RequestView.acceptance_rate
+        for rid, state, accepted, spec, iters in zip(
+            rids, rows.state, rows.accepted, rows.spec, rows.verify_iterations, strict=True
+        ):
+            if state == "running" and iters:
+                # "ProfileProbability(r)": per-token p under the request's setting
+                p = acceptance_of(iters + accepted, iters, self._window_of(spec))
+                if p is not None:
+                    rates[rid] = p
         if len(rates) < 2:
             return []
         mean = sum(rates.values()) / len(rates)
@@ -250,14 +273,26 @@ class SpecActor(Policy):
         return spec
 
     # --------------------------------------------------------- profiling
+    def _window_of(self, spec: SpecConfig) -> int:
+        """Tokens a request drafted per verification: its own setting's (Algorithm 2's),
+        or the step's."""
+        if spec.enabled and spec.method == self.method:
+            return spec.window if spec.mode == "decoupled" else spec.gamma
+        return self.step_window
+
     def _profile(self, view: ClusterView) -> None:
-        """Acceptance observed this step (every request speculates with the step's method)
-        feeds the next step's ladder."""
-        drafted_by, accepted_by, _ = draft_counters(view, view.step_requests())
-        acc, drafted = sum(accepted_by), sum(drafted_by)
-        if drafted and self.method:
-            pa, pd = self.profiled.get(self.method, (0, 0))
-            self.profiled[self.method] = (pa + acc, pd + drafted)
+        """Tokens and verify iterations observed this step (every request speculates with
+        the step's method) feed the next step's ladder, per window, so that the per-token p
+        is recovered in the unit the plan uses (policies.acceptance_estimate)."""
+        if not self.method:
+            return
+        rows = request_rows(view, view.step_requests())
+        counts = self.profiled.setdefault(self.method, {})
+        for accepted, spec, iters in zip(rows.accepted, rows.spec, rows.verify_iterations, strict=True):
+            if iters:
+                c = counts.setdefault(self._window_of(spec), [0.0, 0.0])
+                c[0] += iters
+                c[1] += iters + accepted
 
 
 def _verify_law(view: ClusterView, window: int, context: float) -> Affine:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simctl.policies.compose import drafting_gap
-from simctl.policies.contract import ModelInfo, Policy, PromptHistory, Role
+from simctl.policies.contract import ModelInfo, Policy, PromptHistory, Role, give_offline_profile
 from simctl.sim.cluster import ClusterSpec
 from simctl.sim.cost_model import CostModel
 from simctl.sim.drafter_training import (
@@ -26,6 +26,7 @@ from simctl.sim.drafter_training import (
 from simctl.sim.engine import EngineConfig, SimError, StepSimulation
 from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, step_parts, tail_time
 from simctl.sim.models import ModelSpec
+from simctl.sim.offline_profile import trace_acceptance
 from simctl.sim.parallel_replay import replay_parallel
 from simctl.sim.plan import Plan
 from simctl.sim.role_time import LENT_ROLES, role_seconds
@@ -149,6 +150,8 @@ def run_policy(
     if gap:
         raise SimError(f"{gap} ({ANNOTATE_HINT})")
     run = PolicyRun(name=policy.name, params=policy.params())
+    if setup.steps:  # what an offline profile of the workload's drafters would measure
+        give_offline_profile(policy, trace_acceptance(setup.trace, min(setup.steps)))
     history: dict[int, PromptHistory] = {}
     spot_gpu_s: list[float] = []  # per finished step: GPU-seconds spent training the drafter
     info = setup.info()

@@ -176,11 +176,12 @@ SENSITIVITIES: Mapping[str, Sensitivity] = MappingProxyType(
             "accept:draft_small",
             "per-token acceptance of the 0.5B draft model (step mean)",
             _pct("draft_small", "dapo-32b-20k"),
-            (0.45, 0.75, 0.9),
+            (0.45, 0.75, 0.9, 0.95),
             (0.4, 0.5, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
             "SpecActor picks the 0.5B drafter as 'a sweet point' (§5.1) and plots its mean acceptance "
             "length on the DAPO-32B-20K trace only in Fig. 10 (an image); the text gives no number, "
-            "so simctl assumes p = 0.60 (traces/presets.py). Every speculative rung depends on it.",
+            "so simctl assumes p = 0.60 (traces/presets.py). Every speculative rung depends on it, "
+            "and SpecActor's offline profile (its first drafter choice, §4.2) moves with it.",
             quick_steps=1,
         ),
         "seer": Sensitivity(

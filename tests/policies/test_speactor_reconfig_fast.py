@@ -10,6 +10,7 @@ from functools import partial
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simctl.policies.acceptance_estimate import acceptance_of
 from simctl.policies.contract import Action, ClusterView, RequestId, SetSpec, SpecConfig, StepStarted
 from simctl.policies.speactor import SpecActor
 from simctl.policies.speactor_model import best_window, reconfigure, tgs_coupled
@@ -17,14 +18,19 @@ from tests.policies.fakes import FakeView
 
 
 class DirectSpecActor(SpecActor):
-    """Algorithm 2 as first written: one `view.request` per request, no memo."""
+    """Algorithm 2 as first written: one `view.request` per request, no memo (each request's
+    per-token p from its counters under its setting, policies.acceptance_estimate)."""
 
     def _reconfigure(self, worker: int, view: ClusterView) -> list[Action]:
         rates: dict[RequestId, float] = {}
         for rid in view.worker_requests(worker):
             rv = view.request(rid)
-            if rv.state == "running" and rv.acceptance_rate is not None:
-                rates[rid] = rv.acceptance_rate
+            if rv.state == "running" and rv.verify_iterations:
+                p = acceptance_of(
+                    rv.verify_iterations + rv.accepted_tokens, rv.verify_iterations, self._window_of(rv.spec)
+                )
+                assert p is not None
+                rates[rid] = p
         if len(rates) < 2:
             return []
         mean = sum(rates.values()) / len(rates)
@@ -51,7 +57,8 @@ class DirectSpecActor(SpecActor):
         return actions
 
 
-# one request at a tick: (worker, state, drafted, accepted share in eighths)
+# one request at a tick: (worker, state, drafted, accepted share in eighths); one verify
+# iteration per drafted token
 # (drafted counts that are multiples of 8 repeat acceptances across requests and workers)
 request = st.tuples(
     st.integers(0, 2),
@@ -88,7 +95,14 @@ def test_reconfigure_ticks_equal_the_direct_form(
         for worker, rows in step:
             for rid, ((home, state, drafted), eighths) in enumerate(rows):
                 accepted = drafted * eighths // 8
-                view.add_request(rid, home, state, drafted_tokens=drafted, accepted_tokens=accepted)
+                view.add_request(
+                    rid,
+                    home,
+                    state,
+                    drafted_tokens=drafted,
+                    accepted_tokens=accepted,
+                    verify_iterations=drafted,
+                )
             assert fast._reconfigure(worker, view) == direct._reconfigure(worker, view)
         assert fast.spec_of == direct.spec_of
 
@@ -100,11 +114,14 @@ def test_the_same_acceptance_on_a_served_and_an_unserved_worker() -> None:
     view.t_draft_step = 0.004
     fast, direct = SpecActor(fon=False), DirectSpecActor(fon=False)
     started = StepStarted(time_s=0.0, step=0, epoch=0, requests=tuple(range(4)))
-    for rid, (worker, accepted) in enumerate([(0, 8), (0, 6), (2, 8), (2, 6)]):
-        view.add_request(rid, worker, drafted_tokens=8, accepted_tokens=accepted)
+    # 8 verifications of the step's 3-token window: every draft accepted, or 3.25 tokens per
+    # verification (p = 0.86)
+    for rid, (worker, accepted) in enumerate([(0, 24), (0, 18), (2, 24), (2, 18)]):
+        view.add_request(rid, worker, drafted_tokens=24, accepted_tokens=accepted, verify_iterations=8)
     for policy in (fast, direct):
         policy.on_event(started, view)
         policy.drafter_gpus, policy.drafter_of = 1, {0: 3}
     served, unserved = fast._reconfigure(0, view), fast._reconfigure(2, view)
+    assert fast.step_window == 3
     assert served == direct._reconfigure(0, view) and unserved == direct._reconfigure(2, view)
     assert [a.spec.mode for a in served + unserved] == ["decoupled", "coupled"]
