@@ -18,8 +18,8 @@ from simctl.live.executor import ExecutorConfig, LiveExecutor
 from simctl.live.recorder import LiveRun
 from simctl.live.runtimes import Runtime
 from simctl.live.view import CostModelMissing
-from simctl.live.workload import Workload
-from simctl.policies.contract import ModelInfo, Policy
+from simctl.live.workload import Workload, offline_profile
+from simctl.policies.contract import ModelInfo, Policy, give_offline_profile
 from simctl.traces.cli_options import WorkerFault
 from simctl.traces.plugins import make_policy
 
@@ -60,6 +60,7 @@ def run_policies(
     runs: list[LiveRun] = []
     for spec in policy_specs:
         policy = make_policy(spec)
+        give_offline_profile(policy, offline_profile(workload))
         run = LiveRun(name=policy.name, params=policy.params())
         runs.append(run)
         kw: dict[str, Any] = {

@@ -322,6 +322,17 @@ def from_trace(
     )
 
 
+def offline_profile(workload: Workload) -> dict[str, float]:
+    """What a policy is told before the first step (`Policy.offline_profile`): the first
+    step's per-token acceptance by method, weighted by response tokens, as the simulator
+    tells it from the same trace (sim/offline_profile.py), so a policy that plans from a
+    profile starts from the same one in both executors. Empty for a prompts workload."""
+    if not workload.steps:
+        return {}
+    first = workload.steps[0].requests
+    return token_weighted_rates((r.acceptance, r.budget) for r in first if r.acceptance is not None)
+
+
 def build_workload(
     opts: WorkloadOptions, tokenizer: Any | None, vocab: int, max_context: int | None = None
 ) -> Workload:

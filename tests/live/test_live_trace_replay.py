@@ -335,3 +335,43 @@ def test_vllm_cpu_synthetic_kernel_stops_at_the_first_rejection() -> None:
         [20, 21, 22, 98],  # all accepted: the bonus token follows
         [30, 131, -1, -1],  # a -1 padded draft is always rejected
     ]
+
+
+def test_live_and_replay_tell_a_policy_the_same_offline_profile(workload: Workload) -> None:
+    """A policy that plans from an offline profile (SpecActor) starts from the same one in
+    both executors: the trace's token-weighted acceptance of the first replayed step (here
+    its first REQUESTS requests, the live workload's)."""
+    import dataclasses
+
+    from simctl.live.workload import offline_profile
+    from simctl.sim.offline_profile import trace_acceptance
+    from simctl.traces.validate import load_valid_trace
+
+    live = offline_profile(workload)
+    trace = load_valid_trace(SAMPLE)
+    step = workload.steps[0]
+    rows = trace.df[trace.df["step"] == step.step].head(len(step.requests))
+    sim = trace_acceptance(dataclasses.replace(trace, df=rows), step.step)
+    assert live and live.keys() == sim.keys()
+    for method, rate in live.items():
+        assert rate == pytest.approx(sim[method], rel=0.02)  # (lengths scaled by SCALE)
+
+
+def test_a_live_run_hands_its_policy_the_profile(
+    torch_backend: Backend, workload: Workload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from simctl.live import session
+    from simctl.live.workload import offline_profile
+    from simctl.policies.placement import StaticGroupPlacement
+
+    told: list[dict[str, float]] = []
+
+    class Recorder(StaticGroupPlacement):
+        name = "recorder"
+
+        def offline_profile(self, acceptance: Any) -> None:
+            told.append(dict(acceptance))
+
+    monkeypatch.setattr(session, "make_policy", lambda spec: Recorder())
+    _replay(torch_backend, workload, "recorder")
+    assert told == [offline_profile(workload)]
