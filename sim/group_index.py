@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simctl.sim.group_table import ABSENT
+from simctl.sim.group_table import ABSENT, rank
 from simctl.sim.trace_tokens import TokenSequence
 
 _ONE = np.int32(1)
@@ -56,11 +56,20 @@ class GroupIndex:
         seg = np.cumsum([0] + [len(t) * orders for _, t in blocks]).tolist()
         cid, prev = self._contexts(keys)
         pid = self._pairs(cid, toks)
+        assert len(keys) < 1 << 31, "group too large for 32-bit ids"
+        # int32: these stay for the whole step (a few bytes per token and order)
         self.seqs = {
-            o: SeqIds(cid[a:b], pid[a:b], prev[a:b] - a)  # links to other segments go negative
+            o: SeqIds(
+                cid[a:b].astype(np.int32),
+                pid[a:b].astype(np.int32),
+                np.maximum(prev[a:b] - a, -1).astype(np.int32),  # links into other segments: none
+            )
             for o, a, b in zip(seqs, seg[1:-1], seg[2:], strict=True)
         }
-        self.visible: dict[int, int] = {}  # member -> response positions indexed
+        self.wide = 16  # children above which merged_rank works in numpy
+        self.members = np.array(list(seqs), np.int64)
+        self._slot = {o: j for j, o in enumerate(seqs)}
+        self.visible = np.zeros(len(seqs), np.int64)  # per member: response positions indexed
         self.seen = np.zeros(self.null + 1, bool)  # small: the block lookups gather it
         self.cnt = np.zeros(len(self.pair_tok), np.int32)
         self._add(cid[: seg[1]], pid[: seg[1]])
@@ -68,11 +77,11 @@ class GroupIndex:
     def _contexts(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Dense context ids (hash 0 -> `null`) and, per entry, the previous entry with the
         same hash (-(n + 1): none), which SeqIds turns into the sequence's own previous
-        occurrence (a link into another segment becomes negative there)."""
+        occurrence (-1 where it lies in another segment)."""
         n = len(keys)
-        cid, order, new = dense_ids(keys)
+        cid, order, new, run = dense_ids(keys)
         zero = bool(n) and keys[order[0]] == 0
-        self.null = (int(cid[order[-1]]) + 1 if n else 0) - int(zero)
+        self.null = (int(run[-1]) + 1 if n else 0) - int(zero)
         # equal hashes sort in entry order: a run's previous entry is the previous occurrence
         shifted = np.empty(n, np.int64)
         shifted[1:] = order[:-1]
@@ -96,7 +105,7 @@ class GroupIndex:
         code = cid * span
         code += toks
         code -= lo
-        pid, order, new = dense_ids(code)
+        pid, order, new, _ = dense_ids(code)
         first = code[order[new]]  # each pair's code, in pair id order
         self.pair_tok = first % span + lo
         self.start = np.zeros(self.null + 2, np.int64)  # start[null + 1]: hash 0's pairs end
@@ -108,6 +117,18 @@ class GroupIndex:
         np.add.at(self.cnt, pid, _ONE)  # of the array's dtype: numpy's fast path
         self.seen[self.null] = False  # hash 0 is no context
 
+    def catch_up(self, generated: np.ndarray, append_tokens: int) -> None:
+        """Index each member's tokens up to its last batched append (Seer's appends of
+        `append_tokens`): what its siblings' drafts can see now."""
+        vis = generated[self.members]
+        vis -= vis % append_tokens
+        for j in np.flatnonzero(vis > self.visible).tolist():
+            self.append(int(self.members[j]), int(self.visible[j]), int(vis[j]))
+            self.visible[j] = vis[j]
+
+    def visible_of(self, origin: int) -> int:
+        return int(self.visible[self._slot[origin]])
+
     def append(self, origin: int, lo: int, hi: int) -> None:
         """Index the member's response positions lo..hi-1 (their tokens after their
         contexts): a sibling's batched append."""
@@ -116,9 +137,42 @@ class GroupIndex:
         self._add(ids.cid[a:b], ids.pid[a:b])
 
     def children(self, c: int) -> dict[int, int]:
-        """Token -> count of a context's children with a count (the slow path only)."""
-        a, b = int(self.start[c]), int(self.start[c + 1])
+        """Token -> count of a context's children with a count."""
+        a, b = self.start.item(c), self.start.item(c + 1)
+        if b - a == 1:  # most contexts
+            n = self.cnt.item(a)
+            return {self.pair_tok.item(a): n} if n else {}
         return {t: n for t, n in zip(self.pair_tok[a:b].tolist(), self.cnt[a:b].tolist(), strict=True) if n}
+
+    def merged_rank(self, c: int, own: list[int], tok: int) -> int:
+        """Rank of `tok` among context c's children with one more count for each token in
+        `own` (the request's own occurrences): sim.group_table's merged + rank. A wide
+        context (low orders: hundreds of children) is ranked in numpy, then corrected for
+        the few children `own` touches."""
+        a, b = self.start.item(c), self.start.item(c + 1)
+        if b - a <= self.wide:
+            kids = self.children(c)
+            for t in own:
+                kids[t] = kids.get(t, 0) + 1
+            return rank(kids, tok)
+        toks, counts = self.pair_tok[a:b], self.cnt[a:b]
+        adds: dict[int, int] = {}
+        for t in own:
+            adds[t] = adds.get(t, 0) + 1
+
+        def base(t: int) -> int:
+            j = int(np.searchsorted(toks, t))
+            return counts.item(j) if j < b - a and toks.item(j) == t else 0
+
+        w = base(tok) + adds.get(tok, 0)
+        if w == 0:
+            return ABSENT
+        ahead = int(np.count_nonzero((counts > w) | ((counts == w) & (toks < tok))))
+        for t, n in adds.items():
+            if t != tok:
+                was, now = base(t), base(t) + n
+                ahead += int(now > w or (now == w and t < tok)) - int(was > w or (was == w and t < tok))
+        return ahead
 
     def base_ranks(self, cid: np.ndarray, pid: np.ndarray) -> np.ndarray:
         """Per query row (context id, pair id of the recorded token under it): the rank of
@@ -137,10 +191,10 @@ class GroupIndex:
         return ranks
 
 
-def dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ids, order, new) of non-negative 64-bit values: ids[i] = rank of values[i] among
-    the distinct values (np.unique's inverse); order = entry indices sorted by (value,
-    index); new[m] = order[m] starts a run of equal values.
+def dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, order, new, run) of non-negative 64-bit values: ids[i] = rank of values[i]
+    among the distinct values (np.unique's inverse); order = entry indices sorted by
+    (value, index); new[m] = order[m] starts a run of equal values; run[m] = ids[order[m]].
 
     Packs each entry's index into the low bits of its value (small values shifted up
     first) and sorts the packed words with numpy's SIMD sort, several times faster than a
@@ -170,10 +224,9 @@ def dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         order = np.argsort(values, kind="stable")
         sv = values[order]
         np.not_equal(sv[1:], sv[:-1], out=new[1:])
+    # an int32 running count is several times faster
+    run = np.cumsum(new.view(np.uint8), dtype=np.int32) if n < 1 << 31 else np.cumsum(new, dtype=np.int64)
+    run -= 1
     ids = np.empty(n, np.int64)
-    if n < 1 << 31:  # an int32 running count is several times faster
-        ids[order] = np.cumsum(new.view(np.uint8), dtype=np.int32)
-    else:
-        ids[order] = np.cumsum(new, dtype=np.int64)
-    ids -= 1
-    return ids, order, new
+    ids[order] = run
+    return ids, order, new, run

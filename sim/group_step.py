@@ -27,16 +27,19 @@ NO_MATCH = -1  # no context of the position has a child: nothing is drafted
 
 
 class BlockWindow:
-    """The positions one block may query: response positions vis + q for window index q in
-    [i0, len(toks)), with own window entries vis .. vis + i - 1 at iteration start i."""
+    """Positions a block may query: response positions vis + q for window index q in
+    [i0, end) (end: len(toks) unless given), with own window entries vis .. vis + i - 1 at
+    iteration start i."""
 
-    def __init__(self, index: GroupIndex, ids: SeqIds, toks: list[int], vis: int, i0: int) -> None:
+    def __init__(
+        self, index: GroupIndex, ids: SeqIds, toks: list[int], vis: int, i0: int, end: int | None = None
+    ) -> None:
         self.index, self.ids, self.toks, self.vis, self.i0 = index, ids, toks, vis, i0
         orders = self.orders = index.orders
-        lo, hi = (vis + i0) * orders, (vis + len(toks)) * orders
+        lo, hi = (vis + i0) * orders, (vis + (len(toks) if end is None else end)) * orders
         cid = ids.cid[lo:hi]
         m = len(cid) // orders
-        ar = np.arange(m)
+        self.rows = ar = np.arange(m)
         present = index.seen[cid].reshape(m, orders)
         jb = present.argmax(axis=1)  # the longest context the table holds, if any
         has = present[ar, jb]
@@ -52,39 +55,43 @@ class BlockWindow:
             at = lo + rows * orders + jb[rows]
             self.ranks[rows] = index.base_ranks(ids.cid[at], ids.pid[at])
         self._jb = jb  # orders: the table has none
-        self._lists: tuple[list[int], list[bool]] | None = None
+        self._jo = jo  # no own occurrence in the window at a longer order
+        self._lists: tuple[list[int], list[bool], list[int], list[int]] | None = None
 
     def rank(self, q: int, i: int) -> int:
         """Rank of the recorded token at window index q among the children of its longest
         matching context, with the own window holding indices < i (NO_MATCH: no context)."""
         if self._lists is None:
-            self._lists = (self.ranks.tolist(), self.own.tolist())
+            self._lists = (self.ranks.tolist(), self.own.tolist(), self._jo.tolist(), self._jb.tolist())
         k = q - self.i0
-        return self._exact(q, i) if self._lists[1][k] else self._lists[0][k]
+        return self._exact(q, i, k) if self._lists[1][k] else self._lists[0][k]
 
-    def _exact(self, q: int, i: int) -> int:
-        """The reference lookup + rank where the own window may matter: for each order up to
-        the table's longest, the own occurrences before i (previous-occurrence links of the
-        same sequence), merged with the table's children at that order."""
-        prev, cids = self.ids.prev.item, self.ids.cid.item
+    def _exact(self, q: int, i: int, k: int) -> int:
+        """The reference lookup + rank where the own window may matter: from the longest
+        order with an own occurrence in the window up to the table's longest, the own
+        occurrences before i (previous-occurrence links of the same sequence), merged with
+        the table's children at that order."""
+        assert self._lists is not None
+        prev = self.ids.prev.item
         toks, orders = self.toks, self.orders
         vis = self.vis * orders  # sequence entry of window index 0
         stop = vis + i * orders  # the own window's end
-        jb = int(self._jb[q - self.i0])
+        jb = self._lists[3][k]
         entry = vis + q * orders
-        for j in range(min(jb, orders - 1) + 1):
+        for j in range(self._lists[2][k], min(jb, orders - 1) + 1):
             seen: list[int] = []
             f = prev(entry + j)
             while f >= vis:
                 if f < stop:
                     seen.append(toks[(f - vis) // orders])
                 f = prev(f)
-            if j < jb and not seen:
-                continue
-            kids = self.index.children(cids(entry + j)) if j == jb else {}
-            for t in seen:
-                kids[t] = kids.get(t, 0) + 1
-            return rank(kids, toks[q])
+            if j == jb:
+                return self.index.merged_rank(self.ids.cid.item(entry + j), seen, toks[q])
+            if seen:  # the own window alone holds this context
+                kids: dict[int, int] = {}
+                for t in seen:
+                    kids[t] = kids.get(t, 0) + 1
+                return rank(kids, toks[q])
         return NO_MATCH
 
     def iteration(self, i: int, depth: int, paths: int) -> tuple[int, int, int]:
@@ -107,9 +114,8 @@ class BlockWindow:
 
         Accepted = 1 + the run of rank-0 positions after the anchor (capped at depth - 1 and
         the window's end) when the anchor's rank is below `paths`, else 0."""
-        r = self.ranks
+        r, ar = self.ranks, self.rows
         m = len(r)
-        ar = np.arange(m)
         left = len(self.toks) - self.i0 - ar  # tokens from the start to the window's end
         nonzero = np.where(r == 0, m, ar)  # first position >= k whose rank is not 0
         nonzero = np.minimum.accumulate(nonzero[::-1])[::-1]
@@ -138,28 +144,51 @@ def step_block(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Step one request through up to `iterations` iterations from window index i0 (tokens
     `toks` = response positions vis..): per iteration the tokens emitted (accepted + 1),
-    the position after it, the draft tokens proposed and those accepted."""
-    if i0 >= len(toks) or iterations <= 0:
+    the position after it, the draft tokens proposed and those accepted.
+
+    The window is looked up in chunks of about two positions per iteration (a block
+    rarely emits more), so the gathers cover mostly positions that are reached."""
+    parts: list[tuple[np.ndarray, ...]] = []
+    chunk = 2 * iterations
+    while iterations > 0 and i0 < len(toks):
+        end = min(len(toks), i0 + chunk + depth)
+        # starts up to `last` query only rows inside the chunk (all of them at the end)
+        last = end - i0 - 1 if end == len(toks) else chunk
+        at, emitted, drafted, accepted = _chunk(
+            BlockWindow(index, ids, toks, vis, i0, end), depth, paths, iterations, last
+        )
+        parts.append((emitted, vis + i0 + at + emitted, drafted, accepted))
+        iterations -= len(at)
+        i0 += int(at[-1] + emitted[-1])
+    if len(parts) == 1:
+        return parts[0]  # type: ignore[return-value]
+    if not parts:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty, empty
-    win = BlockWindow(index, ids, toks, vis, i0)
+    em, after, dr, ac = (np.concatenate(x) for x in zip(*parts, strict=True))
+    return em, after, dr, ac
+
+
+def _chunk(
+    win: BlockWindow, depth: int, paths: int, iterations: int, last: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Iterations over one chunk from its first row, while they start at row <= last:
+    (start rows, emitted, drafted, accepted)."""
     emitted, drafted, accepted, clean = win.starts(depth, paths)
-    m = len(emitted)
-    nxt: list[int] = (np.arange(m) + emitted).tolist()
+    nxt: list[int] = (win.rows + emitted).tolist()
     ok: list[bool] = clean.tolist()
     path: list[int] = []
     k = 0
     for _ in range(iterations):
-        if k >= m:
+        if k > last:
             break
         if not ok[k]:
-            e, d, a = win.iteration(i0 + k, depth, paths)
+            e, d, a = win.iteration(win.i0 + k, depth, paths)
             emitted[k], drafted[k], accepted[k], nxt[k] = e, d, a, k + e
         path.append(k)
         k = nxt[k]
     at = np.array(path, np.int64)
-    em = emitted[at]
-    return em, vis + i0 + at + em, drafted[at], accepted[at]
+    return at, emitted[at], drafted[at], accepted[at]
 
 
 __all__ = ["ABSENT", "NO_MATCH", "BlockWindow", "step_block"]

@@ -224,18 +224,12 @@ class StepReplay:
         """The request's group table, brought up to the siblings' visible progress."""
         origin = self.tokens.origin(rid)
         pid = int(self.state.prompt_id[origin])
-        members = [origin] if rule.source == "own" else self._members[pid].tolist()
         key = pid if rule.source == "group" else -1 - origin
         grp = self._groups.get(key)
         if grp is None:
+            members = [origin] if rule.source == "own" else self._members[pid].tolist()
             grp = self._groups[key] = self._new_group(rule, origin, members)
-        gen = self.state.generated
-        for m in members:
-            vis = int(gen[m]) // rule.append_tokens * rule.append_tokens
-            old = grp.visible.get(m, 0)
-            if vis > old:
-                grp.append(m, old, vis)
-                grp.visible[m] = vis
+        grp.catch_up(self.state.generated, rule.append_tokens)
         return grp
 
     def _new_group(self, rule: DraftRule, origin: int, members: list[int]) -> GroupIndex:
@@ -260,7 +254,7 @@ class StepReplay:
         seq = self.tokens.sequence(rid, rule)
         pos0 = int(self.state.generated[rid])
         end = self.tokens.end(rid)
-        vis = min(grp.visible.get(origin, 0), pos0)
+        vis = min(grp.visible_of(origin), pos0)
         stop = seq.offset + min(end, pos0 + iterations * (depth + 1))
         toks = seq.seq[seq.offset + vis : stop].tolist()
         emitted, pos_after, drafted, accepted = step_block(

@@ -38,9 +38,9 @@ values = st.lists(
 @given(values)
 def test_dense_ids_equal_unique_and_a_stable_sort(vals: list[int]) -> None:
     arr = np.array(vals, np.uint64)
-    ids, order, new = dense_ids(arr)
+    ids, order, new, run = dense_ids(arr)
     if not len(arr):
-        assert len(ids) == len(order) == len(new) == 0
+        assert len(ids) == len(order) == len(new) == len(run) == 0
         return
     uniq, inv = np.unique(arr, return_inverse=True)
     assert ids.tolist() == inv.reshape(-1).tolist()
@@ -48,6 +48,7 @@ def test_dense_ids_equal_unique_and_a_stable_sort(vals: list[int]) -> None:
     sv = arr[order]
     assert new.tolist() == [True, *(sv[1:] != sv[:-1]).tolist()]
     assert int(new.sum()) == len(uniq)
+    assert run.tolist() == ids[order].tolist()
 
 
 # ------------------------------------------------------------------------- random groups
@@ -98,6 +99,7 @@ def groups(draw: st.DrawFn) -> tuple[Group, list[int]]:
     prompt = draw(st.lists(tok, max_size=9))
     responses = draw(st.lists(st.lists(tok, max_size=60), min_size=1, max_size=4))
     g = _group(prompt, responses, lo, hi)
+    g.index.wide = draw(st.sampled_from([0, 1, 16]))  # 0: every merged rank in numpy
     visible = []
     for m, r in enumerate(responses):
         cuts = sorted(draw(st.lists(st.integers(0, len(r)), max_size=4)))
@@ -194,11 +196,12 @@ def test_blocks_equal_the_reference(case: tuple[Group, list[int]], data: st.Data
 
 def _random_case(rng: random.Random) -> tuple[Group, list[int], int, int, int]:
     """A random group with random visible prefixes, and a request's (member, pos0, stop)."""
-    vocab, lo = rng.randint(1, 4), rng.randint(1, 2)
+    vocab, lo = rng.choice([1, 2, 3, 4, 12]), rng.randint(1, 2)
     hi = lo + rng.randint(0, 2)
     prompt = [rng.randrange(vocab) for _ in range(rng.randint(0, 5))]
     responses = [[rng.randrange(vocab) for _ in range(rng.randint(0, 30))] for _ in range(rng.randint(1, 3))]
     g = _group(prompt, responses, lo, hi)
+    g.index.wide = rng.choice([0, 2, 16])
     visible = []
     for m, r in enumerate(responses):
         visible.append(rng.randint(0, len(r)))
