@@ -4,10 +4,10 @@ A step replays a trace whose every token is known before the step starts, so eve
 (context, next token) pair a group's table can ever hold is known too. `GroupIndex`
 numbers them once per group (two sorts of the group's n-gram hashes) and keeps the table
 as `seen[context]` (whether the context occurred) and `cnt[pair]` (occurrences of the
-pair), the pairs of one context contiguous and in token order. A
-sibling's batched append is then two `np.add.at` calls instead of one dict update per
-token and order (sim.group_table, the reference form it must equal), and a request's
-lookups over a whole planned block are a few gathers (sim.group_step).
+pair), the pairs of one context contiguous and in token order. A sibling's batched
+append is then one scatter and one `np.add.at` instead of one dict update per token and
+order (sim.group_table, the reference form it must equal), and a request's lookups over
+a whole planned block are a few gathers (sim.group_step).
 
 Hashes are compared exactly as the dict keys were: equal 64-bit hashes share one id,
 whatever their order, and hash 0 (a context shorter than its order) is never counted.

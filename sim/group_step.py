@@ -9,7 +9,10 @@ position the block may query gets in a few numpy gathers the longest context the
 holds and the recorded token's rank under it. A query needs the own window only where
 an earlier own occurrence of one of its contexts (at that order or a longer one) lies
 in the window; those few queries take an exact slow path that merges the own
-occurrences seen so far, and all others read the precomputed rank.
+occurrences seen so far, and all others read the precomputed rank. An iteration's
+outcome then depends only on where it starts, so every start's outcome (tokens emitted,
+drafted, accepted) comes from the ranks in bulk too, and the Python loop only chains
+starts (redoing query by query the few whose queries may read the own window).
 
 Both checks of the reference are ranks: the first draft token is accepted when the
 recorded token is among the `paths` best children at the anchor (rank < paths), a chained
@@ -79,17 +82,17 @@ class BlockWindow:
         jb = self._lists[3][k]
         entry = vis + q * orders
         for j in range(self._lists[2][k], min(jb, orders - 1) + 1):
-            seen: list[int] = []
+            own: list[int] = []  # tokens after the own window's occurrences of the context
             f = prev(entry + j)
             while f >= vis:
                 if f < stop:
-                    seen.append(toks[(f - vis) // orders])
+                    own.append(toks[(f - vis) // orders])
                 f = prev(f)
             if j == jb:
-                return self.index.merged_rank(self.ids.cid.item(entry + j), seen, toks[q])
-            if seen:  # the own window alone holds this context
+                return self.index.merged_rank(self.ids.cid.item(entry + j), own, toks[q])
+            if own:  # the own window alone holds this context
                 kids: dict[int, int] = {}
-                for t in seen:
+                for t in own:
                     kids[t] = kids.get(t, 0) + 1
                 return rank(kids, toks[q])
         return NO_MATCH

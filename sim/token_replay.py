@@ -11,13 +11,15 @@ ones in `policies/suffix_tree.py`, configured by the policy's `DraftRule` per me
 - "lookup" (the `ngram` method: prompt lookup, live.torch_engine.NgramDrafter;
   sim.lookup_replay);
 - "group" / "own" (Seer's grouped drafter and its no-group-context ablation): the tree
-  grows as responses are generated, so each request is stepped iteration by iteration in
-  Python over a per-group table (sim.group_table). A sibling's tokens reach the table in
-  batches of `append_tokens` whenever a worker re-plans (Seer's batched appends and
-  periodic fetch: at most one block, i.e. `tick_iterations`, plus one batch late); the
-  request's own tokens are matched at once. Multi-path (Seer §5): `SpecConfig.topk` = k
-  paths of depth `gamma`, the first token of each among the k best children at the anchor
-  (the executor charges `verify_tokens` = k * gamma).
+  grows as responses are generated, so each request is stepped iteration by iteration over
+  a per-group table (sim.group_index: every pair the step can index, numbered in bulk;
+  sim.group_step: a block's lookups in bulk; sim.group_table: the reference form they
+  equal). A sibling's tokens reach the table in batches of `append_tokens` whenever a
+  worker re-plans (Seer's batched appends and periodic fetch: at most one block, i.e.
+  `tick_iterations`, plus one batch late); the request's own tokens are matched at once.
+  Multi-path (Seer §5): `SpecConfig.topk` = k paths of depth `gamma`, the first token of
+  each among the k best children at the anchor (the executor charges `verify_tokens` =
+  k * gamma).
 
 Without token ids:
 - group/own: per-token acceptance from Seer Table 2 by the number of sibling references
