@@ -1,13 +1,16 @@
-"""Per-group n-gram tables of the exact grouped drafter (Seer's), as plain dicts keyed by
-64-bit context hashes (sim.trace_tokens.ngram_keys): millions of entries, so a context
-with one child is packed into one int (token << 32 | count), several into a dict."""
+"""The exact grouped drafter (Seer's) in its reference form: per-group n-gram tables as
+plain dicts keyed by 64-bit context hashes (sim.trace_tokens.ngram_keys), a context with
+one child packed into one int (token << 32 | count), several into a dict, and a block
+stepped token by token (`reference_block`).
+
+The simulator runs the bulk form of the same drafter (sim.group_index, sim.group_step),
+which must give identical results; its tests compare the two on random sequences, so
+this module stays the plain statement of what the drafter does."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 _MASK = (1 << 32) - 1
-_ABSENT = 1 << 30
+ABSENT = 1 << 30
 
 
 def add_many(table: dict, toks: list[int], key_rows: list[list[int]]) -> None:
@@ -53,10 +56,10 @@ def best(v: int | dict) -> int:
 
 def rank(v: int | dict, tok: int) -> int:
     if isinstance(v, int):
-        return 0 if v >> 32 == tok else _ABSENT
+        return 0 if v >> 32 == tok else ABSENT
     w = v.get(tok)
     if w is None:
-        return _ABSENT
+        return ABSENT
     ahead = 0
     for t, c in v.items():
         if c > w or (c == w and t < tok):
@@ -79,7 +82,42 @@ def lookup(base: dict, over: dict, keys: list[int]) -> int | dict | None:
     return None
 
 
-@dataclass
-class GroupTable:
-    table: dict = field(default_factory=dict)
-    visible: dict[int, int] = field(default_factory=dict)  # request -> response tokens indexed
+def reference_block(
+    table: dict, toks: list[int], keys: list[list[int]], i0: int, depth: int, paths: int, iterations: int
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """One request's block, iteration by iteration: draft from `table` (its group) plus its
+    own tokens since they were last indexed (`over`), verify against the recorded tokens.
+
+    toks/keys: the window, index 0 = the first own token not in `table` (keys[q]: the
+    context hashes before toks[q], longest first); i0: the window index drafting starts
+    at. Per iteration: tokens emitted, window index after it, tokens drafted, accepted."""
+    over: dict = {}
+    add_many(over, toks[:i0], keys[:i0])
+    n_tok = len(toks)
+    emitted: list[int] = []
+    after: list[int] = []
+    drafted: list[int] = []
+    accepted: list[int] = []
+    i = i0
+    for _ in range(iterations):
+        if i >= n_tok:
+            break
+        kids = lookup(table, over, keys[i])
+        acc, drafts = 0, 0
+        if kids is not None:
+            drafts = depth * paths
+            if rank(kids, toks[i]) < paths:
+                acc = 1
+                while acc < depth and i + acc < n_tok:
+                    nxt = lookup(table, over, keys[i + acc])
+                    if nxt is None or best(nxt) != toks[i + acc]:
+                        break
+                    acc += 1
+        e = min(acc + 1, n_tok - i)
+        add_many(over, toks[i : i + e], keys[i : i + e])
+        i += e
+        emitted.append(e)
+        after.append(i)
+        drafted.append(drafts)
+        accepted.append(acc)
+    return emitted, after, drafted, accepted

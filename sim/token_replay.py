@@ -11,13 +11,15 @@ ones in `policies/suffix_tree.py`, configured by the policy's `DraftRule` per me
 - "lookup" (the `ngram` method: prompt lookup, live.torch_engine.NgramDrafter;
   sim.lookup_replay);
 - "group" / "own" (Seer's grouped drafter and its no-group-context ablation): the tree
-  grows as responses are generated, so each request is stepped iteration by iteration in
-  Python over a per-group table (sim.group_table). A sibling's tokens reach the table in
-  batches of `append_tokens` whenever a worker re-plans (Seer's batched appends and
-  periodic fetch: at most one block, i.e. `tick_iterations`, plus one batch late); the
-  request's own tokens are matched at once. Multi-path (Seer §5): `SpecConfig.topk` = k
-  paths of depth `gamma`, the first token of each among the k best children at the anchor
-  (the executor charges `verify_tokens` = k * gamma).
+  grows as responses are generated, so each request is stepped iteration by iteration over
+  a per-group table (sim.group_index: every pair the step can index, numbered in bulk;
+  sim.group_step: a block's lookups in bulk; sim.group_table: the reference form they
+  equal). A sibling's tokens reach the table in batches of `append_tokens` whenever a
+  worker re-plans (Seer's batched appends and periodic fetch: at most one block, i.e.
+  `tick_iterations`, plus one batch late); the request's own tokens are matched at once.
+  Multi-path (Seer §5): `SpecConfig.topk` = k paths of depth `gamma`, the first token of
+  each among the k best children at the anchor (the executor charges `verify_tokens` =
+  k * gamma).
 
 Without token ids:
 - group/own: per-token acceptance from Seer Table 2 by the number of sibling references
@@ -49,11 +51,12 @@ from simctl.policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH, DraftR
 from simctl.sim.acceptance import sample_tokens
 from simctl.sim.acceptance_source import Draw, ModelProbe
 from simctl.sim.draft_ledger import DraftLedger, RequestStats
-from simctl.sim.group_table import GroupTable, add_many, best, lookup, rank
+from simctl.sim.group_index import GroupIndex
+from simctl.sim.group_step import step_block
 from simctl.sim.history_replay import HistoryReplay
 from simctl.sim.lookup_replay import LookupReplay
 from simctl.sim.state import FINISHED, StepState
-from simctl.sim.trace_tokens import StepTokens, TokenSequence, TraceTokens, ngram_keys
+from simctl.sim.trace_tokens import StepTokens, TraceTokens, ngram_keys
 
 __all__ = ["DEFAULT_RULES", "ModelProbe", "RequestStats", "StepReplay", "TraceTokens", "ngram_keys"]
 
@@ -64,7 +67,6 @@ DEFAULT_RULES: Mapping[str, DraftRule] = {
     "ngram": DraftRule(source="lookup", min_match=NGRAM_MIN_MATCH, max_match=NGRAM_MAX_MATCH),
 }
 
-_KEY_CHUNK = 256  # positions whose context hashes are converted to Python ints at a time
 _MAX_ACCEPT = 0.99
 
 
@@ -88,7 +90,7 @@ class StepReplay:
         self.ledger = DraftLedger(state)
         self.history = HistoryReplay(self.tokens, self.ledger)
         self.lookup = LookupReplay(self.tokens, self.ledger)
-        self._groups: dict[int, GroupTable] = {}
+        self._groups: dict[int, GroupIndex] = {}
         n = state.n_requests
         pid = state.prompt_id[:n]
         order = np.argsort(pid, kind="stable")
@@ -220,84 +222,48 @@ class StepReplay:
         return slots
 
     # ------------------------------------------------------------ group drafter (exact)
-    def _group(self, rule: DraftRule, rid: int) -> tuple[GroupTable, list[int]]:
+    def _group(self, rule: DraftRule, rid: int) -> GroupIndex:
         """The request's group table, brought up to the siblings' visible progress."""
         origin = self.tokens.origin(rid)
         pid = int(self.state.prompt_id[origin])
-        members = [origin] if rule.source == "own" else self._members[pid].tolist()
         key = pid if rule.source == "group" else -1 - origin
         grp = self._groups.get(key)
         if grp is None:
-            grp = self._groups[key] = GroupTable()
-            self._index_prompt(grp, rule, origin)
-        gen = self.state.generated
-        for m in members:
-            vis = int(gen[m]) // rule.append_tokens * rule.append_tokens
-            old = grp.visible.get(m, 0)
-            if vis > old:
-                self._index(grp.table, self.tokens.sequence(m, rule), old, vis)
-                grp.visible[m] = vis
-        return grp, members
+            members = [origin] if rule.source == "own" else self._members[pid].tolist()
+            grp = self._groups[key] = self._new_group(rule, origin, members)
+        grp.catch_up(self.state.generated, rule.append_tokens)
+        return grp
 
-    def _index_prompt(self, grp: GroupTable, rule: DraftRule, origin: int) -> None:
+    def _new_group(self, rule: DraftRule, origin: int, members: list[int]) -> GroupIndex:
+        """A group's table over every token its members will generate this step (their
+        prompt indexed at once), numbered in bulk: sim.group_index."""
         trace = self.tokens.trace
         assert trace is not None
         prompt = trace.prompt(int(self.tokens.rows[origin])).astype(np.int64)
-        if len(prompt) > rule.min_match:
-            keys = ngram_keys(prompt, rule.min_match, rule.max_match)
-            lo = rule.min_match
-            add_many(grp.table, prompt[lo:].tolist(), keys[:, lo : len(prompt)].T.tolist())
-
-    @staticmethod
-    def _index(table: dict, seq: TokenSequence, lo: int, hi: int) -> None:
-        """Occurrences whose next token is response position lo..hi-1."""
-        a, b = seq.offset + lo, seq.offset + hi
-        add_many(table, seq.seq[a:b].tolist(), seq.keys[:, a:b].T.tolist())
+        lo = rule.min_match
+        keys = np.zeros((rule.max_match - lo + 1, 0), np.uint64)
+        if len(prompt) > lo:  # positions where a context fits
+            keys = ngram_keys(prompt, lo, rule.max_match)[:, lo : len(prompt)]
+        seqs = {m: self.tokens.sequence(m, rule) for m in members}
+        return GroupIndex(prompt[lo:] if len(prompt) > lo else prompt[:0], keys, seqs)
 
     def _group_exact(self, rule: DraftRule, rid: int, depth: int, paths: int, iterations: int) -> np.ndarray:
         """Step one request iteration by iteration: draft from the group table plus its own
-        tokens since they were last indexed (`over`), verify against the recorded tokens."""
-        grp, _ = self._group(rule, rid)
+        tokens since they were last indexed, verify against the recorded tokens
+        (sim.group_step; sim.group_table holds the reference form)."""
+        grp = self._group(rule, rid)
+        origin = self.tokens.origin(rid)
         seq = self.tokens.sequence(rid, rule)
         pos0 = int(self.state.generated[rid])
         end = self.tokens.end(rid)
-        vis = min(grp.visible.get(self.tokens.origin(rid), 0), pos0)
-        a = seq.offset + vis  # list index 0 = response position vis
+        vis = min(grp.visible_of(origin), pos0)
         stop = seq.offset + min(end, pos0 + iterations * (depth + 1))
-        toks = seq.seq[a:stop].tolist()
-        n_tok = len(toks)
-        keys: list[list[int]] = seq.keys[:, a : a + (pos0 - vis) + _KEY_CHUNK].T.tolist()
-        over: dict = {}
-        add_many(over, toks[: pos0 - vis], keys[: pos0 - vis])
-        table = grp.table
+        toks = seq.seq[seq.offset + vis : stop].tolist()
+        emitted, pos_after, drafted, accepted = step_block(
+            grp, grp.seqs[origin], toks, vis, pos0 - vis, depth, paths, iterations
+        )
         out = np.ones(iterations, np.int16)
-        pos_after: list[int] = []
-        drafted: list[int] = []
-        accepted: list[int] = []
-        i = pos0 - vis
-        for _ in range(iterations):
-            if i >= n_tok:
-                break
-            if i + depth >= len(keys):
-                keys.extend(seq.keys[:, a + len(keys) : a + len(keys) + _KEY_CHUNK + depth].T.tolist())
-            kids = lookup(table, over, keys[i])
-            acc, drafts = 0, 0
-            if kids is not None:
-                drafts = depth * paths
-                if rank(kids, toks[i]) < paths:
-                    acc = 1
-                    while acc < depth and i + acc < n_tok:
-                        nxt = lookup(table, over, keys[i + acc])
-                        if nxt is None or best(nxt) != toks[i + acc]:
-                            break
-                        acc += 1
-            emitted = min(acc + 1, n_tok - i)
-            out[len(pos_after)] = emitted
-            add_many(over, toks[i : i + emitted], keys[i : i + emitted])
-            i += emitted
-            pos_after.append(vis + i)
-            drafted.append(drafts)
-            accepted.append(acc)
+        out[: len(emitted)] = emitted
         self.ledger.remember(rid, pos0, pos_after, drafted, accepted, np.zeros(len(pos_after)))
         return out
 
