@@ -11,6 +11,11 @@ Prints per policy: CPU s/step at both sizes, the ratio to verl's on the same tra
 cluster (issue target <= 3) and the 4,096/512 growth (target <= 10, linear is 8); then the
 200-step six-policy dapo study (verl, speactor, seer, tlt, rhymerl, composite) projected
 from those CPU seconds on 1, 2 and 64 workers (target <= 10 min on 2).
+
+The Seer variants are also measured on the Seer presets themselves: one generated step
+(lengths only, seed 0) of seer-moonlight-64k and seer-qwen2vl-72b-40k on the layout each
+preset records, and the bundled Seer token sample (exact grouped-drafter replay over token
+ids; a small trace, so its verl baseline is hundredths of a second).
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DAPO = ROOT / "traces/samples/dapo-32b-20k-2steps.parquet"
 SEER = ROOT / "traces/samples/seer-moonlight-64k-tokens.parquet"
+SEER_PRESETS = ("seer-moonlight-64k", "seer-qwen2vl-72b-40k")
 BASELINE = "verl"
 TARGET_VS_VERL = 3.0
 TARGET_GROWTH = 10.0
@@ -132,6 +139,16 @@ def table(title: str, trace: Path, policies: list[str], factor: int) -> dict[str
     return cpu
 
 
+def generated_step(preset: str, out_dir: Path) -> Path:
+    """One step of `preset` (seed 0, lengths only) written to `out_dir`: its layout is in
+    the trace's metadata, which the measurement uses."""
+    from simctl.traces.generate import generate_trace
+    from simctl.traces.io import write_trace
+
+    df, meta, lists = generate_trace(preset, 1, 0)
+    return write_trace(out_dir / f"{preset}-1step.parquet", df, meta, lists)
+
+
 def main() -> None:
     from simctl.policies.registry import REGISTRY
 
@@ -146,7 +163,11 @@ def main() -> None:
     study_projection(table("dapo-32b-20k", DAPO, names, args.factor))
     seers = [n for n in names if n.startswith("seer")]
     if seers and not args.no_seer_preset:
-        table("Seer preset", SEER, [BASELINE, *seers], args.factor)
+        with tempfile.TemporaryDirectory() as tmp:
+            for preset in SEER_PRESETS:
+                step = generated_step(preset, Path(tmp))
+                table(f"Seer preset {preset}", step, [BASELINE, *seers], args.factor)
+        table("Seer token sample", SEER, [BASELINE, *seers], args.factor)
     print(f"(bench wall {time.perf_counter() - t:.0f} s)")
 
 
