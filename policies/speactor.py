@@ -11,9 +11,11 @@ Choices where the paper is open (all constructor keywords):
   a drafter worker serves tp/g_d verifiers.
 - Algorithm 1 only enumerates decoupled plans; the coupled plan at the same cluster is also
   scored and kept when it is faster (e.g. for near-free n-gram drafting).
-- "Profiled" acceptance: the previous steps' observed per-method acceptance, with
-  `prior` for methods never run (SpecActor profiles offline; the priors default to the
-  batch means SpecActor-style traces show).
+- "Profiled" acceptance: the per-token p of §4.1, recovered from the previous steps'
+  tokens per verification at the windows drafted (policies.acceptance_estimate), with
+  `prior` for methods never run. SpecActor profiles offline, once (§4.2): an executor's
+  `offline_profile` (a replayed trace's acceptance) replaces the default priors, which
+  are the batch means SpecActor-style traces show.
 - Fastest-of-N replicas are coupled, on freed verifier workers and on drafter workers whose
   verifiers are done; their drafter piggybacks on the same worker (§4.2). Algorithm 3 is
   the standalone part `policies.fastest_of_n.FastestOfN`, started with this step's ladder.
