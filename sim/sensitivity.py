@@ -205,7 +205,9 @@ SENSITIVITIES: Mapping[str, Sensitivity] = MappingProxyType(
             "TLT gives the adaptive drafter's accept length only for a Qwen2.5-7B target (Table 6: "
             "4.59 base, 6.53 after RL); for the Qwen2.5-32B end-to-end run (Fig. 11, Table 3) it "
             "gives none during RL at temperature 0.9 (Table 1's 8.29-8.67 for Qwen-32B is an offline "
-            "benchmark of topK, §6.3).",
+            "benchmark of topK, §6.3). The curve flattens because TLT speculates only below 32 "
+            "requests per worker: the rest of veRL's rollout stays as it is, and the paper's range "
+            "needs a rollout gain of at least 1.94x (docs/calibration.md, 'TLT end to end').",
         ),
         "rhymerl": Sensitivity(
             "accept:history",
