@@ -243,9 +243,13 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
     started: dict[int, Any] = {}
     stop = threading.Event()
 
+    def note_started() -> None:
+        with suppress(Exception):  # a process gone mid-listing must not end the watch
+            started.update((proc.pid, proc) for proc in _descendants() if proc.pid not in before)
+
     def watch() -> None:
         while True:
-            started.update((proc.pid, proc) for proc in _descendants() if proc.pid not in before)
+            note_started()
             if stop.wait(0.25):
                 return
 
@@ -256,6 +260,9 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
     finally:
         stop.set()
         watcher.join()
+        # once more, while the raylet still parents them: an agent it started within the
+        # watcher's last quarter second would otherwise be orphaned unlisted by the shutdown
+        note_started()
         ray.shutdown()
         _reap(list(started.values()))
 
