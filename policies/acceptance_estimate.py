@@ -20,7 +20,7 @@ reconfiguration tick.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from simctl.policies.speactor_model import tokens_coupled
@@ -53,7 +53,7 @@ def acceptance_of(tokens: float, verifications: float, window: int) -> float | N
     return _inverse(_table(max(1, window)), tokens / verifications)
 
 
-def pooled_acceptance(counts: Mapping[int, tuple[float, float]]) -> float | None:
+def pooled_acceptance(counts: Mapping[int, Sequence[float]]) -> float | None:
     """The one p whose expected tokens match what every window produced together:
     sum over windows of verifications * tokens_coupled(p, window) = sum of tokens, with
     `counts` mapping each window to (verifications, tokens). The sum rises with p, so the

@@ -144,7 +144,7 @@ class SpecActor(Policy):
         verify iterations are in (policies.acceptance_estimate), else the offline profile."""
         counts = self.profiled.get(method, {})
         if sum(it for it, _ in counts.values()) > 500:
-            p = pooled_acceptance({k: (v[0], v[1]) for k, v in counts.items()})
+            p = pooled_acceptance(counts)
             if p is not None:
                 return p
         return self.prior.get(method, 0.5)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import Any
 
 import numpy as np
 from hypothesis import given, settings
@@ -107,6 +108,15 @@ def test_record_after_a_read_is_seen_by_the_next_read() -> None:
 
 
 @settings(max_examples=200, deadline=None)
+def _eagle_arms() -> tuple[BestDrafter, FakeView, Any, list]:
+    """A one-method drafter, its view, the key of a worker at batch 4 and 1,000 context
+    tokens, and that key's EAGLE arms."""
+    drafter = BestDrafter(("eagle",))
+    view = FakeView.make(1)
+    key = drafter._key(4, 1000.0)
+    return drafter, view, key, drafter._method_arms(view, key, "eagle")
+
+
 @given(
     times=st.lists(st.floats(1e-4, 1.0), min_size=1, max_size=24),
     level=st.integers(0, 200),
@@ -115,10 +125,7 @@ def test_record_after_a_read_is_seen_by_the_next_read() -> None:
 def test_best_of_method_is_the_plain_scan(times: list[float], level: int, tie: float) -> None:
     """The scan with a cached bar picks what `rate > best * (1 + 1e-9)` picks, near ties
     included (rates within the tolerance of one another)."""
-    drafter = BestDrafter(("eagle",))
-    view = FakeView.make(1)
-    key = drafter._key(4, 1000.0)
-    arms = drafter._method_arms(view, key, "eagle")
+    drafter, view, key, arms = _eagle_arms()
     n = min(len(arms), len(times))
     tokens = [arm.tokens(level / 200) for arm in arms[:n]]
     # arms with equal rates up to `tie` (relative): t = tokens / rate
@@ -203,10 +210,7 @@ def test_worker_rate_equals_the_counter_form(seed: int) -> None:
 def test_best_of_method_equals_the_scan_for_any_rates(rates: list[float], level: int) -> None:
     """`_best_of_method`'s shortcut (the highest rate when no other is within 1 + 2e-9 of
     it) against the plain scan, for rates with exact and near ties and zeros anywhere."""
-    drafter = BestDrafter(("eagle",))
-    view = FakeView.make(1)
-    key = drafter._key(4, 1000.0)
-    arms = drafter._method_arms(view, key, "eagle")
+    drafter, view, key, arms = _eagle_arms()
     n = min(len(arms), len(rates))
     tokens = [arm.tokens(level / 200) for arm in arms[:n]]
     # time = tokens / rate (an infinite time for a zero rate)
