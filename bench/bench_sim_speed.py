@@ -8,7 +8,10 @@ per worker). The Seer variants are also measured on the bundled Seer preset samp
 Each measurement runs in a fresh single-threaded process, so caches and heaps are its own.
 
 Prints per policy: CPU s/step at both sizes, the ratio to verl's on the same trace and
-cluster (issue target <= 3) and the 4,096/512 growth (target <= 10, linear is 8); then the
+cluster (issue target <= 3) and the 4,096/512 growth (target <= 10, linear is 8); at 1x also
+the step's policy events and planned blocks and the CPU microseconds per event-or-block
+(what one unit of the event loop costs: a policy whose units outnumber verl's by more than
+3x cannot reach the target at verl's cost per unit); then the
 200-step six-policy dapo study (verl, speactor, seer, tlt, rhymerl, composite) projected
 from those CPU seconds on 1, 2 and 64 workers (target <= 10 min on 2).
 
@@ -62,7 +65,9 @@ model = get_model(tr.meta.model)
 setup = ReplaySetup(trace=trace, cluster=spec, model=model, cost=load_cost_model(model, spec), steps=[step])
 run = run_policy(setup, policy)
 print(json.dumps({"cpu_s": run.sim_cpu_s, "wall_s": run.sim_wall_s, "requests": len(df),
-                  "gpus": spec.total_gpus, "makespan_s": run.steps[0].rollout_makespan_s}))
+                  "gpus": spec.total_gpus, "makespan_s": run.steps[0].rollout_makespan_s,
+                  "events": int(run.counters.get("events", 0)),
+                  "blocks": int(run.counters.get("blocks", 0))}))
 """
 
 
@@ -84,7 +89,10 @@ def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: d
     if "error" in small:
         return f"{name:32s} error: {small['error']}"
     ratio = small["cpu_s"] / base_small["cpu_s"]
-    cells = f"{name:32s} {small['cpu_s']:8.2f} {ratio:7.2f}"
+    units = small.get("events", 0) + small.get("blocks", 0)
+    per_unit = 1e6 * small["cpu_s"] / units if units else float("nan")
+    counts = f"{small.get('events', 0):7d} {small.get('blocks', 0):7d} {per_unit:6.0f}"
+    cells = f"{name:32s} {small['cpu_s']:8.2f} {ratio:7.2f} {counts}"
     if big is None or base_big is None:  # no growth measured: flag the ratio alone
         return cells + ("" if ratio <= TARGET_VS_VERL else "  *")
     if "error" in big:
@@ -93,6 +101,12 @@ def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: d
     flag = "" if small["cpu_s"] / base_small["cpu_s"] <= TARGET_VS_VERL and growth <= TARGET_GROWTH else "  *"
     return cells + f" {big['cpu_s']:9.2f} {big['cpu_s'] / base_big['cpu_s']:7.2f} {growth:7.2f}{flag}"
 
+
+# Per policy at 1x: the policy events the engine emitted (finishes, chunk ends, ticks, idle
+# workers), the blocks its workers planned, and CPU microseconds per event-or-block. The
+# last column is what every unit of work costs in the Python event loop: a policy that
+# reacts to each of 16,384 finishes costs at least that many units, whatever its plans.
+UNIT_HEAD = f" {'events':>7s} {'blocks':>7s} {'us/unit':>6s}"
 
 # Issue #17's study: 200 dapo steps of these six policies, on 2 workers (target <= 10 min).
 STUDY = ("verl", "speactor", "seer", "tlt", "rhymerl", "composite")
@@ -121,10 +135,10 @@ def table(title: str, trace: Path, policies: list[str], factor: int) -> dict[str
     if factor > 1:
         print(f"\n{title}: {trace.name}, step 0; 1x and {factor}x cluster (same requests/worker)")
         big, growth = f"cpu s {factor}x", f"{factor}x/1x"
-        print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s} {big:>9s} {'x verl':>7s} {growth:>7s}")
+        print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s}{UNIT_HEAD} {big:>9s} {'x verl':>7s} {growth:>7s}")
     else:
         print(f"\n{title}: {trace.name}, step 0 (no growth measured: --factor 1)")
-        print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s}")
+        print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s}{UNIT_HEAD}")
     base_small = measure(trace, 1, BASELINE)
     cpu: dict[str, float] = {}
     base_big = measure(trace, factor, BASELINE) if factor > 1 else None

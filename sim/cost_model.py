@@ -145,8 +145,10 @@ class RooflineParams:
     # Extra per iteration when tp > 1: vLLM V1 multiproc executor broadcasts the scheduler
     # output to the TP ranks over a shared-memory queue and gathers rank 0's result.
     tp_iteration_overhead_s: float = 0.5e-3
-    # c_T * B of EfficientRollout E.3: per-sequence CPU bookkeeping + detokenize.
-    per_seq_overhead_s: float = 10e-6
+    # c_T * B of EfficientRollout E.3: per-sequence sampling and host bookkeeping. None
+    # takes the GPU's `GPUSpec.per_seq_overhead_s` (fitted per platform where a published
+    # measurement shows it, sim/hardware.py); a number overrides it.
+    per_seq_overhead_s: float | None = None
     # Per query token: full-vocab sampling / rejection sampling (estimate).
     per_token_overhead_s: float = 2e-6
     # Residual cost of a speculative verification per sequence beyond per_seq/per_token
@@ -168,7 +170,7 @@ class RooflineParams:
     # sim/calibration_points.py. Model-free drafters (n-gram, suffix, history) do not pay
     # it: no published measurement shows one, and they have no draft forward to prepare.
     # A cycle with no sequences costs nothing.
-    spec_cycle_overhead_s: float = 3.68e-3
+    spec_cycle_overhead_s: float = 3.70e-3
     bytes_per_param: float = 2.0
     kv_bytes_per_elem: int = 2
     # Drafter steps run inside one engine step: launch + sampling but no scheduler.
@@ -268,7 +270,7 @@ def _scalar_pass_time(
     latency = gpu.allreduce_latency_s if prm.allreduce_latency_s is None else prm.allreduce_latency_s
     per_ar = latency + ring / (gpu.nvlink_bw / 2 * prm.nvlink_eff)
     t_comm = p.allreduces * per_ar
-    t_over = p.overhead_s + prm.per_seq_overhead_s * b + prm.per_token_overhead_s * n
+    t_over = p.overhead_s + m.per_seq_overhead_s * b + prm.per_token_overhead_s * n
     if p is m._pass:
         t_over = t_over + (prm.verify_per_seq_overhead_s * b if n > b else 0.0)
     return _fmax(t_mem, t_compute) + t_comm + t_over
@@ -314,6 +316,9 @@ class RooflineCostModel:
         self._fp8 = weights == "fp8"
         bpp = WEIGHT_FORMATS[weights] if self._fp8 else params.bytes_per_param
         self._matmul_flops = gpu.fp8_flops if self._fp8 and gpu.fp8_flops > 0 else gpu.bf16_flops
+        # c_T: the parameter's, else the platform's (RooflineParams.per_seq_overhead_s)
+        seq = params.per_seq_overhead_s
+        self.per_seq_overhead_s = gpu.per_seq_overhead_s if seq is None else seq
         overhead = params.iteration_overhead_s + (params.tp_iteration_overhead_s if tp > 1 else 0)
         self._pass = _model_pass(model, tp, params, overhead, bpp)
         self.weight_bytes_per_gpu = self._weight_bytes_per_gpu(bpp)
@@ -376,7 +381,7 @@ class RooflineCostModel:
         latency = gpu.allreduce_latency_s if prm.allreduce_latency_s is None else prm.allreduce_latency_s
         per_ar = latency + ring / (gpu.nvlink_bw / 2 * prm.nvlink_eff)
         t_comm = p.allreduces * per_ar
-        t_over = p.overhead_s + prm.per_seq_overhead_s * b + prm.per_token_overhead_s * n
+        t_over = p.overhead_s + self.per_seq_overhead_s * b + prm.per_token_overhead_s * n
         # verification of drafted tokens by the target (with no such overhead, the term adds
         # 0.0 * b = 0.0 to a positive overhead: nothing)
         if p is self._pass and prm.verify_per_seq_overhead_s != 0.0:
@@ -600,7 +605,7 @@ class DPAttentionRoofline(RooflineCostModel):
         latency = gpu.allreduce_latency_s if prm.allreduce_latency_s is None else prm.allreduce_latency_s
         a2a = rank_n * p.top_k * p.hidden / self._a2a_bw
         t_comm = p.moe_layers * (np.maximum(latency, a2a * 1.0) + np.maximum(latency, a2a * 2.0))
-        t_over = p.overhead_s + share * (prm.per_seq_overhead_s * b + prm.per_token_overhead_s * n)
+        t_over = p.overhead_s + share * (self.per_seq_overhead_s * b + prm.per_token_overhead_s * n)
         t_over = t_over + np.where(n > b, prm.verify_per_seq_overhead_s * share * b, 0.0)
         return t_mem, t_compute, t_comm, t_over
 

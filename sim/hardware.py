@@ -46,6 +46,12 @@ class GPUSpec:
     # published b=1 decode latency; see each GPU below and docs/calibration.md.
     allreduce_latency_s: float = 45e-6
     fp8_flops: float = 0.0
+    # Residual cost per running sequence of one engine iteration as the papers' engines ran
+    # on this GPU's platform (EfficientRollout's c_T * B, Eq. 2: sampling, logits handling and
+    # per-sequence host bookkeeping; "dominated by batch-dependent effects", App. E.3). It
+    # shapes the large-batch body of a rollout, not batch 1. Default 10 us (an estimate);
+    # A100 fitted to a published rollout completion curve (below).
+    per_seq_overhead_s: float = 10e-6
 
     def to_dict(self) -> dict[str, float | str]:
         """Plain dict for JSON provenance records."""
@@ -59,6 +65,7 @@ class GPUSpec:
             "pcie_bw": self.pcie_bw,
             "allreduce_latency_s": self.allreduce_latency_s,
             "fp8_flops": self.fp8_flops,
+            "per_seq_overhead_s": self.per_seq_overhead_s,
         }
 
 
@@ -125,6 +132,13 @@ H200_SXM_141GB = GPUSpec(
 # DGX A100: 8x ConnectX-6 200 Gb/s HDR, one per GPU -> 25 GB/s.
 # All-reduce latency: not fitted (every A100 measurement in the papers is TP1:
 # EfficientRollout §4.1, TLT Table 2); the class default, H800's eager-engine value.
+# Per-sequence cost 74 us: fitted to EfficientRollout App. B, Fig. 6c (veRL 0.7 + vLLM
+# 0.11.2, Qwen2.5-7B, TP1, the first step of the second epoch: "about 50% of requests finish
+# within 13 s"), replaying veRL on the efficientrollout-qwen7b-8k preset, whose lengths are
+# pinned to the same paper (Table 5's mean response, Fig. 6c's quantile ratios). At 10 us
+# that body ran at 15 ms per iteration and finished half its requests in 8.9 s; batch-1
+# points (TLT Table 2, EfficientRollout Table 6) move by < 1%. sim/calibration_points.py
+# checks p90, p99, the makespan and Table 2's 100-step mean rollout against it.
 A100_SXM_80GB = GPUSpec(
     name="A100-SXM-80GB",
     hbm_bytes=80 * GB,
@@ -133,6 +147,7 @@ A100_SXM_80GB = GPUSpec(
     nvlink_bw=600 * GB,
     rdma_bw=25 * GB,
     pcie_bw=32 * GB,
+    per_seq_overhead_s=74e-6,
 )
 
 DEFAULT_GPU = H100_SXM_80GB

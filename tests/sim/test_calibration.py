@@ -4,6 +4,7 @@ and experiment (no per-experiment tuning)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from types import SimpleNamespace
 
@@ -102,12 +103,27 @@ def test_presets_and_layouts_agree_on_hardware() -> None:
         assert isinstance(cm, RooflineCostModel) and cm.params is DEFAULT_PARAMS, name
 
 
-def test_cost_constants_are_not_per_gpu_except_the_fitted_latency() -> None:
-    # Only datasheet numbers and the all-reduce latency (fitted per platform, sim/hardware.py)
-    # differ between GPUs; every efficiency and overhead is shared.
+def test_cost_constants_are_not_per_gpu_except_the_fitted_platform_terms() -> None:
+    # Only datasheet numbers and two engine-on-platform terms (the all-reduce latency and the
+    # per-sequence cost, each fitted per platform to a published measurement, sim/hardware.py)
+    # differ between GPUs; every efficiency and other overhead is shared.
     fields = {"name", "hbm_bytes", "hbm_bw", "bf16_flops", "fp8_flops", "nvlink_bw", "rdma_bw", "pcie_bw"}
     for gpu in GPUS.values():
-        assert set(gpu.to_dict()) == fields | {"allreduce_latency_s"}
+        assert set(gpu.to_dict()) == fields | {"allreduce_latency_s", "per_seq_overhead_s"}
+    assert DEFAULT_PARAMS.per_seq_overhead_s is None  # the platform's value, unless overridden
+
+
+def test_per_sequence_cost_is_the_platforms_unless_overridden() -> None:
+    # A100's c_T is fitted to EfficientRollout Fig. 6c; it prices each running sequence of an
+    # iteration, so batch 128 pays 127 more of it than batch 1, and a parameter overrides it.
+    model, a100 = get_model("qwen2.5-7b"), get_gpu("a100")
+    cm = RooflineCostModel(model, a100, 1)
+    assert cm.per_seq_overhead_s == a100.per_seq_overhead_s == pytest.approx(74e-6)
+    extra = float(cm.iteration_time(128, 128, 128 * 600.0)) - float(cm.iteration_time(1, 1, 600.0))
+    base = RooflineCostModel(model, a100, 1, dataclasses.replace(DEFAULT_PARAMS, per_seq_overhead_s=10e-6))
+    extra10 = float(base.iteration_time(128, 128, 128 * 600.0)) - float(base.iteration_time(1, 1, 600.0))
+    assert extra - extra10 == pytest.approx(127 * 64e-6, rel=1e-6)
+    assert get_gpu("h800").per_seq_overhead_s == pytest.approx(10e-6)
 
 
 # --- step time beyond rollout ------------------------------------------------------------------

@@ -78,7 +78,7 @@ def _terms_reference(m: RooflineCostModel, p, num_seqs, new_tokens, kv_read_toke
     ring = 2.0 * (tp - 1) / tp * n * p.hidden * 2.0
     latency = gpu.allreduce_latency_s if prm.allreduce_latency_s is None else prm.allreduce_latency_s
     t_comm = p.allreduces * (latency + ring / (gpu.nvlink_bw / 2 * prm.nvlink_eff))
-    t_over = p.overhead_s + prm.per_seq_overhead_s * b + prm.per_token_overhead_s * n
+    t_over = p.overhead_s + m.per_seq_overhead_s * b + prm.per_token_overhead_s * n
     if p is m._pass:
         t_over = t_over + np.where(n > b, prm.verify_per_seq_overhead_s * b, 0.0)
     return np.maximum(t_mem, t_compute) + t_comm + t_over
