@@ -34,6 +34,12 @@ Choices where the paper leaves a detail open (constructor keywords):
   (``ready_gpu_s=0``); TLT's "initial training steps" use n-gram until then.
 - ``idle_threshold=1`` (promotion needs two idle workers, a data-parallel pair for FSDP2
   training): the paper calls the threshold configurable but gives no value.
+- ``bandit="worker"``: each rollout engine has its own BEG-MAB, as each has its own
+  Adaptive SD Manager choosing "for each input batch" (§4, Fig. 6; the tuner lives in the
+  SGLang engine, §5 Implementation), seeded from ``seed`` and the worker. ``bandit="shared"``
+  pools every engine's rewards in one: its window of ``window`` rewards then spans ever
+  less time as engines are added, so the choice flips more often on a larger cluster (at
+  1,024 engines a 16-reward window covers a few iterations of the cluster).
 """
 
 from __future__ import annotations
@@ -175,9 +181,12 @@ class TltSpeculation(Policy):
         seed: int = 0,
         tick_iterations: int = 16,
         reward_time: Literal["predicted", "measured"] = "predicted",
+        bandit: Literal["worker", "shared"] = "worker",
     ) -> None:
         if drafter not in ("adaptive", "ngram") or scope not in ("worker", "global"):
             raise ValueError(f"drafter must be adaptive|ngram, scope worker|global; got {drafter}, {scope}")
+        if bandit not in ("worker", "shared"):
+            raise ValueError(f"bandit must be worker|shared, got {bandit}")
         if reward_time not in ("predicted", "measured"):
             raise ValueError(f"reward_time must be predicted|measured, got {reward_time}")
         self.ledger = ledger
@@ -188,13 +197,16 @@ class TltSpeculation(Policy):
         self.ngram_gamma = int(ngram_gamma)
         self.reward_time = reward_time
         self.tick_iterations = int(tick_iterations)
-        self.mab = BegMab(
-            strategies if strategies is not None else default_strategies(),
-            thresholds,
-            epsilon=float(epsilon),
-            window=int(window),
-            seed=int(seed),
+        self.bandit = bandit
+        self._mab_args = (
+            tuple(strategies if strategies is not None else default_strategies()),
+            tuple(thresholds),
+            float(epsilon),
+            int(window),
+            int(seed),
         )
+        self.mab = self._new_mab(int(seed))  # the shared one; also checks the arguments
+        self._mabs: dict[WorkerId, BegMab] = {}  # per engine (bandit="worker"), kept across steps
         self._use_eagle = False
         self._active: dict[WorkerId, bool] = {}
         self._strategy: dict[WorkerId, Strategy] = {}
@@ -203,6 +215,20 @@ class TltSpeculation(Policy):
         #: (step, worker, time_s, strategy or None for n-gram, batch) per activation/switch.
         self.log: list[tuple[int, WorkerId, float, Strategy | None, int]] = []
         self._step = -1
+
+    def _new_mab(self, seed: int) -> BegMab:
+        strategies, thresholds, epsilon, window, _ = self._mab_args
+        return BegMab(strategies, thresholds, epsilon=epsilon, window=window, seed=seed)
+
+    def mab_of(self, worker: WorkerId) -> BegMab:
+        """The bandit choosing `worker`'s strategies: its own (created at first use, seeded
+        from the policy's seed and the worker), or the shared one."""
+        if self.bandit == "shared":
+            return self.mab
+        mab = self._mabs.get(worker)
+        if mab is None:
+            mab = self._mabs[worker] = self._new_mab(self._mab_args[4] * 1_000_003 + int(worker))
+        return mab
 
     # ------------------------------------------------------------------------ events
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
@@ -305,7 +331,7 @@ class TltSpeculation(Policy):
                 reward = (iv.accepted + iv.iterations) / elapsed
             else:
                 reward = a_bar * w.running / self.predicted_iteration_s(view, worker, strategy, w)
-            self.mab.record(strategy, reward, a_bar)
+            self.mab_of(worker).record(strategy, reward, a_bar)
         return self._switch(worker, view, now, w.running)
 
     def _switch(
@@ -317,7 +343,7 @@ class TltSpeculation(Policy):
         self._interval[worker] = _Interval(start_s=now)
         if batch <= 0:
             return []
-        choice = self.mab.select(batch)
+        choice = self.mab_of(worker).select(batch)
         if self._strategy.get(worker) == choice:
             return []
         self._strategy[worker] = choice
@@ -359,6 +385,9 @@ class TltParams(PolicyParams):
     reward_time: Annotated[
         str, Param(OneOf(("predicted", "measured")), "reward per predicted or measured second")
     ] = "predicted"
+    bandit: Annotated[
+        str, Param(OneOf(("worker", "shared")), "one BEG-MAB per engine (the paper's) or one for all")
+    ] = "worker"
     topk: Annotated[int, Param(Int(1, 64), "tree drafting's topK of every strategy")] = DEFAULT_TOPK
     pretrained: Annotated[bool, Param(Flag(), "an EAGLE drafter exists from the start (not tlt-base)")] = (
         False
@@ -383,6 +412,7 @@ class TltParams(PolicyParams):
             seed=self.seed,
             tick_iterations=self.tick_iterations,
             reward_time="measured" if self.reward_time == "measured" else "predicted",
+            bandit="shared" if self.bandit == "shared" else "worker",
         )
 
 

@@ -71,7 +71,7 @@ def test_trained_drafter_is_retuned_by_the_bandit_from_request_counters() -> Non
     pol = TltSpeculation(DrafterLedger(pretrained=True), epsilon=0.0)
     _start(pol, view, requests=(0, 1))
     out = pol.on_event(Tick(time_s=1.0, worker=0, iteration=16), view)
-    first = pol.mab.candidates(2)[0]  # untried arms first, in order: depth 6 of the 48-token group
+    first = pol.mab_of(0).candidates(2)[0]  # untried arms first, in order: depth 6 of the 48-token group
     assert out == [
         SetSpec(
             spec=SpecConfig(method="eagle", gamma=first.depth, topk=8, verify_tokens=first.verify), worker=0
@@ -83,8 +83,8 @@ def test_trained_drafter_is_retuned_by_the_bandit_from_request_counters() -> Non
     pol.on_event(Tick(time_s=2.0, worker=0, iteration=32), view)
     a_bar = 1 + 64 / 32
     t_pred = (0.010 + 1e-4 * 2 * 48) + 0.002 * 6  # verify 48 tokens per request + 6 draft steps
-    assert list(pol.mab.accept_lens[first]) == [pytest.approx(a_bar)]
-    assert list(pol.mab.rewards[first]) == [pytest.approx(a_bar * 2 / t_pred)]
+    assert list(pol.mab_of(0).accept_lens[first]) == [pytest.approx(a_bar)]
+    assert list(pol.mab_of(0).rewards[first]) == [pytest.approx(a_bar * 2 / t_pred)]
 
 
 def test_spot_trainer_promotes_idle_workers_above_threshold_and_books_gpu_seconds() -> None:
@@ -160,5 +160,48 @@ def test_a_request_migrated_onto_a_worker_counts_in_that_workers_reward() -> Non
     view.set_worker(1, running=2, kv_used_tokens=200)
     pol.on_event(Tick(time_s=2.0, worker=1, iteration=32), view)
     # both requests' 64 accepted tokens over 32 verify iterations (request 1 alone: 2.5)
-    assert list(pol.mab.accept_lens[chosen]) == [pytest.approx(1 + 64 / 32)]
-    assert len(pol.mab.rewards[chosen]) == 1 and pol.mab.rewards[chosen][0] > 0
+    assert list(pol.mab_of(1).accept_lens[chosen]) == [pytest.approx(1 + 64 / 32)]
+    assert len(pol.mab_of(1).rewards[chosen]) == 1 and pol.mab_of(1).rewards[chosen][0] > 0
+
+
+def _reward_worker(pol: TltSpeculation, view: FakeView, worker: int, accepted: int, t: float) -> None:
+    """One Tick interval of `worker`'s one request: 16 verifications, `accepted` tokens."""
+    view.add_request(worker, worker=worker, drafted_tokens=96, accepted_tokens=accepted, verify_iterations=16)
+    pol.on_event(Tick(time_s=t, worker=worker, iteration=32), view)
+
+
+@pytest.mark.parametrize("bandit", ["worker", "shared"])
+def test_each_engine_has_its_own_bandit_unless_shared(bandit: str) -> None:
+    """TLT's BEG-MAB sits in each engine's Adaptive SD Manager (§4, Fig. 6): by default a
+    worker's rewards train only its own bandit; bandit="shared" pools them in one."""
+    view = FakeView.make(2)
+    for w in (0, 1):
+        view.add_request(w, worker=w)
+        view.set_worker(w, running=1, kv_used_tokens=100)
+    pol = TltSpeculation(DrafterLedger(pretrained=True), epsilon=0.0, bandit=bandit)  # type: ignore[arg-type]
+    _start(pol, view, requests=(0, 1))
+    for w in (0, 1):
+        assert pol.on_event(Tick(time_s=1.0, worker=w, iteration=16), view)  # active, first arm
+    arm = pol._strategy[0]
+    assert pol._strategy[1] == arm  # nothing tried yet: the first arm, either way
+    _reward_worker(pol, view, 1, 48, 2.0)  # worker 1 reports a reward for it
+    own0, own1 = pol.mab_of(0), pol.mab_of(1)
+    # worker 0 ticks with nothing new of its own (no reward recorded) and chooses again
+    again = pol.on_event(Tick(time_s=3.0, worker=0, iteration=32), view)
+    if bandit == "worker":
+        assert own0 is not own1 and own0 is pol.mab_of(0)  # created once, kept
+        assert not own0.rewards[arm] and len(own1.rewards[arm]) == 1
+        assert again == [] and pol._strategy[0] == arm  # its own bandit has still tried nothing
+    else:
+        assert own0 is own1 is pol.mab and len(own0.rewards[arm]) == 1
+        assert again and pol._strategy[0] != arm  # worker 1's reward made the arm a tried one
+
+
+def test_engine_bandits_are_seeded_apart_and_reproducibly() -> None:
+    pol = TltSpeculation(DrafterLedger(pretrained=True), seed=3)
+    again = TltSpeculation(DrafterLedger(pretrained=True), seed=3)
+    draws = [[pol.mab_of(w)._rng.random() for _ in range(4)] for w in (0, 1)]
+    assert draws[0] != draws[1]
+    assert [[again.mab_of(w)._rng.random() for _ in range(4)] for w in (0, 1)] == draws
+    with pytest.raises(ValueError, match="bandit"):
+        TltSpeculation(DrafterLedger(), bandit="cluster")  # type: ignore[arg-type]
