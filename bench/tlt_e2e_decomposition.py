@@ -1,14 +1,15 @@
 """Where simctl's TLT end-to-end gain comes from (issue #15, root cause)
 
 TLT (Taming the Long-Tail, arXiv:2511.16665) reports 1.7-2.1x end to end over veRL (Fig. 11);
-simctl gives about 1.55. This script replays the TLT preset (seed 0, warm-up step 0,
+simctl gives about 1.6. This script replays the TLT preset (seed 0, warm-up step 0,
 measured steps 1-3, the preset's own layout) under veRL and TLT variants and prints per
 step the rollout and step speedups, veRL's share of the step spent in rollout and of its
 rollout spent with fewer than 32 requests per worker (where TLT speculates, §5), and the
 rollout gain the paper's range would need at simctl's non-rollout share.
 
-What it shows (docs/calibration.md, "TLT end to end"): rollout 1.75-1.82x, bounded by the
-part of veRL's rollout at 32 or more requests per worker; a higher threshold does not help.
+What it shows (docs/calibration.md, "TLT end to end"): rollout 1.88x, bounded by the part
+of veRL's rollout at 32 or more requests per worker; a threshold of 64 adds little (1.64 end
+to end), 128 loses.
 
 Run: .venv/bin/python bench/tlt_e2e_decomposition.py [--policies tlt,tlt:threshold=64]
      [--len-sigma 1.2]   (the trace generated again with another length spread)
