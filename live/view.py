@@ -126,6 +126,12 @@ class LiveView:
         ws = self._c.workers
         return [len(ws[w].running) + ws[w].waiting for w in workers]
 
+    def worker_specs(self, workers: Sequence[int]) -> list[SpecConfig]:
+        """Speculation setting of many workers, as `worker(w).spec` gives it
+        (`policies.bulk_reads`). Cost: proportional to `workers`."""
+        ws = self._c.workers
+        return [ws[w].spec for w in workers]
+
     def worker_requests(self, worker: int) -> Sequence[int]:
         return self._c.worker_requests(worker)
 

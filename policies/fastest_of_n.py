@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simctl.policies.bulk_reads import request_rows, worker_loads
+from simctl.policies.bulk_reads import request_columns, worker_loads, worker_specs
 from simctl.policies.contract import (
     Action,
     Capability,
@@ -58,7 +58,6 @@ from simctl.policies.contract import (
 )
 from simctl.policies.speactor_model import has_room, least_loaded
 
-_IN_FLIGHT = frozenset(("running", "waiting"))  # request states Fastest-of-N may race
 MAX_BATCH = 32  # SpecActor's bound on a Fastest-of-N worker's verification batch
 
 
@@ -196,31 +195,25 @@ class FastestOfN(Policy):
         """The requests at positions `pos` running or waiting on a worker, with their
         acceptance so far (0 before any draft), and each one's method marked taken for it.
         This reads the unfinished requests at every idle worker of the tail (quadratic in
-        the step's size), so it works on columns: one bulk read, then numpy, no per-request
-        Python beyond the conversions."""
-        rows = request_rows(view, self.ids[pos].tolist())
-        n = len(pos)
-        workers = np.array(rows.worker, dtype=np.float64)  # no worker (None) -> NaN
-        live = np.fromiter(map(_IN_FLIGHT.__contains__, rows.state), bool, n) & ~np.isnan(workers)
-        idx = np.flatnonzero(live)
-        home = workers[idx].astype(np.int64)
-        drafted = np.fromiter(rows.drafted, np.int64, n)[idx]
-        accepted = np.fromiter(rows.accepted, np.int64, n)[idx]
+        the step's size), so it works on columns (`bulk_reads.request_columns`): arrays in,
+        numpy throughout, Python only per distinct method and per followed worker."""
+        cols = request_columns(view, self.ids[pos])
+        idx = np.flatnonzero(cols.in_flight)
+        home = cols.worker[idx]
+        drafted, accepted = cols.drafted[idx], cols.accepted[idx]
         # accepted / drafted in float64, as Python divides two ints below 2**53
         acceptance = np.divide(accepted, drafted, out=np.zeros(len(idx)), where=drafted != 0)
         # the request's own method where its setting has one, else its worker's
-        names: list[str] = []
-        code: dict[str, int] = {}
-        by_id = dict(zip(map(id, rows.spec), rows.spec, strict=True))  # a few distinct settings
-        own = {i: _code(_own_method(spec), names, code) for i, spec in by_id.items()}
-        method = np.fromiter(map(own.__getitem__, map(id, rows.spec)), np.int64, n)[idx]
+        names = list(cols.methods)
+        code = {m: i for i, m in enumerate(names)}
+        method = cols.method[idx]
         follow = method < 0
         if follow.any():
             of_worker = np.full(int(home.max()) + 1, -1, np.int64)
-            cache: dict[WorkerId, str] = {}
-            for w in np.flatnonzero(np.bincount(home[follow])).tolist():
-                of_worker[w] = _code(_worker_method(view, w, cache), names, code)
-            method[follow] = of_worker[home[follow]]
+            followed = np.flatnonzero(np.bincount(home[follow])).tolist()
+            for w, ws in zip(followed, worker_specs(view, followed), strict=True):
+                of_worker[w] = _code(ws.method if ws.enabled and ws.method is not None else "", names, code)
+            method = np.where(follow, of_worker[home], method)
         for c in np.flatnonzero(np.bincount(method, minlength=len(names))).tolist():
             self._taken(names[c])[pos[idx[method == c]]] = True
         return _Flight(pos[idx], acceptance, home)
@@ -290,11 +283,6 @@ def place_replicas(
     return out
 
 
-def _own_method(spec: SpecConfig) -> str | None:
-    """The method a request's own setting drafts with (None: it follows its worker)."""
-    return spec.method if spec.enabled and spec.method is not None else None
-
-
 def _code(method: str | None, names: list[str], code: dict[str, int]) -> int:
     """`method`'s index in `names` (added on first sight); -1 for None."""
     if method is None:
@@ -303,10 +291,3 @@ def _code(method: str | None, names: list[str], code: dict[str, int]) -> int:
         code[method] = len(names)
         names.append(method)
     return code[method]
-
-
-def _worker_method(view: ClusterView, worker: WorkerId, cache: dict[WorkerId, str]) -> str:
-    """The method a worker's setting drafts with ("" for none), remembered in `cache`."""
-    ws = view.worker(worker).spec
-    method = cache[worker] = ws.method if ws.enabled and ws.method is not None else ""
-    return method

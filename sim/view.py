@@ -8,7 +8,7 @@ from typing import Protocol
 import numpy as np
 import simpy
 
-from simctl.policies.bulk_reads import RequestRows
+from simctl.policies.bulk_reads import RequestColumns, RequestRows
 from simctl.policies.contract import (
     Capability,
     ModelInfo,
@@ -21,7 +21,7 @@ from simctl.sim.cost_model import CostModel
 from simctl.sim.drafters import DRAFTERS
 from simctl.sim.engine_config import SIM_CAPABILITIES
 from simctl.sim.placement import Placement
-from simctl.sim.state import STATE_NAMES, StepState
+from simctl.sim.state import RUNNING, STATE_NAMES, WAITING, StepState
 from simctl.sim.worker import Worker
 
 
@@ -153,6 +153,30 @@ class SimView:
         proportional to `workers`."""
         ws = self._sim.workers
         return [len(ws[w].running) + ws[w].waiting_count for w in workers]
+
+    def request_columns(self, requests: Sequence[int]) -> RequestColumns:
+        """`policies.bulk_reads.RequestColumns` of many requests, read from the state's
+        arrays (Fastest-of-N scans every unfinished request whenever a worker goes idle).
+        A request's own method is the state's per-request override (`req_method`, set
+        exactly when its setting drafts). Cost: a few numpy takes."""
+        st = self._sim.state
+        ids = np.asarray(requests, np.int64)
+        state, worker = st.state[ids], st.worker[ids].astype(np.int64)
+        in_flight = ((state == WAITING) | (state == RUNNING)) & (worker >= 0)
+        return RequestColumns(
+            in_flight,
+            worker,
+            st.drafted[ids].astype(np.int64),
+            st.accepted[ids].astype(np.int64),
+            st.req_method[ids].astype(np.int64),
+            st.methods,
+        )
+
+    def worker_specs(self, workers: Sequence[int]) -> list[SpecConfig]:
+        """Speculation setting of many workers, as `worker(w).spec` gives it
+        (`policies.bulk_reads.worker_specs`). Cost: proportional to `workers`."""
+        ws = self._sim.workers
+        return [ws[w].spec for w in workers]
 
     def worker_requests(self, worker: int) -> Sequence[int]:
         return self._sim.placement.on(worker)

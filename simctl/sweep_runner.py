@@ -237,9 +237,8 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
             ray.shutdown()
         return
     before = {proc.pid for proc in _descendants()}
-    start_local_ray(num_cpus)
-    # The local instance's processes, listed while it runs (the raylet starts its agents
-    # after ray.init returns, and a SIGTERM can orphan them before `finally` runs).
+    # The local instance's processes, listed while it starts and runs (the raylet starts its
+    # agents after ray.init returns, and a SIGTERM can orphan them before `finally` runs).
     started: dict[int, Any] = {}
     stop = threading.Event()
 
@@ -256,6 +255,9 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
     watcher = threading.Thread(target=watch, name="simctl-ray-processes", daemon=True)
     watcher.start()
     try:
+        # inside the `try`: a SIGTERM during a slow start (a loaded machine) still stops
+        # whatever Ray had started by then
+        start_local_ray(num_cpus)
         yield
     finally:
         stop.set()
@@ -263,8 +265,13 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
         # once more, while the raylet still parents them: an agent it started within the
         # watcher's last quarter second would otherwise be orphaned unlisted by the shutdown
         note_started()
-        ray.shutdown()
-        _reap(list(started.values()))
+        try:
+            # a SIGTERM's SystemExit unwinding through Ray's client calls can leave the
+            # shutdown to fail; what the instance started is stopped whatever it raises
+            ray.shutdown()
+        finally:
+            note_started()  # anything the raylet started during the shutdown
+            _reap(list(started.values()))
 
 
 def _descendants() -> list[Any]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from simctl.live.executor import ExecutorConfig, LiveExecutor
 from simctl.live.workload import from_trace
-from simctl.policies.bulk_reads import draft_counters, request_rows, worker_loads
+from simctl.policies.bulk_reads import draft_counters, request_rows, worker_loads, worker_specs
 from simctl.policies.contract import Action, ClusterView, Event, ModelInfo, Policy
 from simctl.policies.registry import make_policy
 from simctl.testing import ScriptedEngine
@@ -32,7 +32,7 @@ class _Record:
         self._view = view
 
     def __getattr__(self, name: str) -> object:
-        if name in ("draft_counters", "request_rows", "worker_loads"):
+        if name in ("draft_counters", "request_rows", "worker_loads", "worker_specs"):
             raise AttributeError(name)
         return getattr(self._view, name)
 
@@ -52,6 +52,8 @@ class _Checked(Policy):
         assert request_rows(view, every) == request_rows(slow, every)  # type: ignore[arg-type]
         assert draft_counters(view, every) == draft_counters(slow, every)  # type: ignore[arg-type]
         assert worker_loads(view, workers) == worker_loads(slow, workers)  # type: ignore[arg-type]
+        assert hasattr(view, "worker_specs")
+        assert worker_specs(view, workers) == worker_specs(slow, workers)  # type: ignore[arg-type]
         self.drafted += sum(draft_counters(view, every)[0])
         return self.inner.on_event(event, view)
 

@@ -11,7 +11,14 @@ import pandas as pd
 import pytest
 
 from simctl.policies import registry
-from simctl.policies.bulk_reads import draft_counters, request_rows, worker_loads
+from simctl.policies.bulk_reads import (
+    RequestColumns,
+    draft_counters,
+    request_columns,
+    request_rows,
+    worker_loads,
+    worker_specs,
+)
 from simctl.policies.contract import Action, ClusterView, Event, Policy, RequestView
 from simctl.policies.registry import make_policy
 from simctl.sim.replay import PolicyRun, replay
@@ -27,7 +34,7 @@ class _NoBulk:
         self._view = view
 
     def __getattr__(self, name: str) -> object:
-        if name in ("draft_counters", "request_rows", "worker_loads"):
+        if name in ("draft_counters", "request_rows", "worker_loads", "worker_specs", "request_columns"):
             raise AttributeError(name)
         return getattr(self._view, name)
 
@@ -70,7 +77,19 @@ class _Wrapped(Policy):
         assert hasattr(view, "request_rows") and hasattr(view, "worker_loads")
         assert request_rows(view, every) == request_rows(_NoBulk(view), every)  # type: ignore[arg-type]
         assert worker_loads(view, workers) == worker_loads(_NoBulk(view), workers)  # type: ignore[arg-type]
+        assert hasattr(view, "worker_specs")
+        assert worker_specs(view, workers) == worker_specs(_NoBulk(view), workers)  # type: ignore[arg-type]
+        assert hasattr(view, "request_columns")
+        fast, slow = request_columns(view, every), request_columns(_NoBulk(view), every)  # type: ignore[arg-type]
+        assert _plain(fast) == _plain(slow)
         return self.inner.on_event(event, view)
+
+
+def _plain(cols: RequestColumns) -> tuple[list[object], ...]:
+    """The columns as lists, each request's own method by name (the method codes index
+    each view's own list of names)."""
+    own = [cols.methods[c] if c >= 0 else None for c in cols.method.tolist()]
+    return cols.in_flight.tolist(), cols.worker.tolist(), cols.drafted.tolist(), cols.accepted.tolist(), own
 
 
 def _trace() -> Trace:
