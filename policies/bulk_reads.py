@@ -94,6 +94,12 @@ def worker_loads(view: ClusterView, workers: Sequence[WorkerId]) -> list[int]:
     return out
 
 
+def drafting_method(spec: SpecConfig) -> str | None:
+    """The draft method `spec` drafts with (None: it drafts nothing, so a request with it
+    follows its worker's setting, and a worker with it decodes plainly)."""
+    return spec.method if spec.enabled and spec.method is not None else None
+
+
 def worker_specs(view: ClusterView, workers: Sequence[WorkerId]) -> list[SpecConfig]:
     """The speculation setting of each worker of `workers`, without the rest of a
     `WorkerView` (its KV count is a sum over the worker's requests): Fastest-of-N reads the
@@ -113,7 +119,7 @@ def request_columns(view: ClusterView, rids: Sequence[RequestId]) -> RequestColu
     worker = np.array([-1 if w is None else w for w in rows.worker], np.int64).reshape(n)
     in_flight = np.array([s in IN_FLIGHT_STATES for s in rows.state], bool).reshape(n) & (worker >= 0)
     methods: list[str] = []
-    own = [s.method if s.enabled and s.method is not None else None for s in rows.spec]
+    own = [drafting_method(s) for s in rows.spec]
     for m in own:
         if m is not None and m not in methods:
             methods.append(m)

@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simctl.policies.bulk_reads import request_columns, worker_loads, worker_specs
+from simctl.policies.bulk_reads import drafting_method, request_columns, worker_loads, worker_specs
 from simctl.policies.contract import (
     Action,
     Capability,
@@ -77,14 +77,14 @@ def request_method(view: ClusterView, rid: RequestId, cache: dict[WorkerId, str]
     """The draft method a request decodes with now: its own setting, else its worker's
     ("" for plain decoding or a request without a worker)."""
     rv = view.request(rid)
-    if rv.spec.enabled and rv.spec.method is not None:
-        return rv.spec.method
+    own = drafting_method(rv.spec)
+    if own is not None:
+        return own
     if rv.worker is None:
         return ""
     if cache is not None and rv.worker in cache:
         return cache[rv.worker]
-    ws = view.worker(rv.worker).spec
-    method = ws.method if ws.enabled and ws.method is not None else ""
+    method = drafting_method(view.worker(rv.worker).spec) or ""
     if cache is not None:
         cache[rv.worker] = method
     return method
@@ -212,7 +212,7 @@ class FastestOfN(Policy):
             of_worker = np.full(int(home.max()) + 1, -1, np.int64)
             followed = np.flatnonzero(np.bincount(home[follow])).tolist()
             for w, ws in zip(followed, worker_specs(view, followed), strict=True):
-                of_worker[w] = _code(ws.method if ws.enabled and ws.method is not None else "", names, code)
+                of_worker[w] = _code(drafting_method(ws) or "", names, code)
             method = np.where(follow, of_worker[home], method)
         for c in np.flatnonzero(np.bincount(method, minlength=len(names))).tolist():
             self._taken(names[c])[pos[idx[method == c]]] = True

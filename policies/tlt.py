@@ -198,14 +198,14 @@ class TltSpeculation(Policy):
         self.reward_time = reward_time
         self.tick_iterations = int(tick_iterations)
         self.bandit = bandit
+        self._seed = int(seed)
         self._mab_args = (
             tuple(strategies if strategies is not None else default_strategies()),
             tuple(thresholds),
             float(epsilon),
             int(window),
-            int(seed),
         )
-        self.mab = self._new_mab(int(seed))  # the shared one; also checks the arguments
+        self.mab = self._new_mab(self._seed)  # the shared one; also checks the arguments
         self._mabs: dict[WorkerId, BegMab] = {}  # per engine (bandit="worker"), kept across steps
         self._use_eagle = False
         self._active: dict[WorkerId, bool] = {}
@@ -217,7 +217,7 @@ class TltSpeculation(Policy):
         self._step = -1
 
     def _new_mab(self, seed: int) -> BegMab:
-        strategies, thresholds, epsilon, window, _ = self._mab_args
+        strategies, thresholds, epsilon, window = self._mab_args
         return BegMab(strategies, thresholds, epsilon=epsilon, window=window, seed=seed)
 
     def mab_of(self, worker: WorkerId) -> BegMab:
@@ -227,7 +227,7 @@ class TltSpeculation(Policy):
             return self.mab
         mab = self._mabs.get(worker)
         if mab is None:
-            mab = self._mabs[worker] = self._new_mab(self._mab_args[4] * 1_000_003 + int(worker))
+            mab = self._mabs[worker] = self._new_mab(self._seed * 1_000_003 + int(worker))
         return mab
 
     # ------------------------------------------------------------------------ events
