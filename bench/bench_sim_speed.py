@@ -114,19 +114,38 @@ STUDY_STEPS = 200
 STUDY_TARGET_S = 600.0
 
 
+def pack(costs: list[float], workers: int) -> float:
+    """Wall time of indivisible points of `costs` seconds on `workers` workers: longest
+    first, each to the least loaded worker (LPT, what a pool taking points in that order
+    does). No packing beats the longest point, however many workers there are.
+
+    >>> pack([6.0, 1.0, 1.0, 1.0], 2), pack([6.0, 1.0, 1.0, 1.0], 64)
+    (6.0, 6.0)
+    """
+    loads = [0.0] * max(1, workers)
+    for c in sorted(costs, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += c
+    return max(loads)
+
+
 def study_projection(cpu_per_step: dict[str, float]) -> None:
     """The 200-step six-policy study's wall time projected from the measured CPU per step:
-    its points (one policy's steps each) spread over 1, 2 and 64 workers. A projection,
-    not a measurement: it assumes every step costs what step 0 does, and perfect packing
-    of the points (each worker gets 1/N of the CPU seconds)."""
+    its six points (one policy's 200 steps each; a point's steps run in order, since a
+    policy carries what it learned from step to step) packed onto 1, 2 and 64 workers. A
+    projection, not a measurement: it assumes every step costs what step 0 does. The
+    longest point bounds the study on any number of workers, so it is printed too."""
     missing = [p for p in STUDY if p not in cpu_per_step]
     if missing:
         print(f"\n200-step study: not projected (not measured: {', '.join(missing)})")
         return
-    total = STUDY_STEPS * sum(cpu_per_step[p] for p in STUDY)
-    cells = "  ".join(f"{n} workers {total / n / 60:6.1f} min" for n in (1, 2, 64))
-    flag = "" if total / 2 <= STUDY_TARGET_S else "  *"
+    points = {p: STUDY_STEPS * cpu_per_step[p] for p in STUDY}
+    walls = {n: pack(list(points.values()), n) for n in (1, 2, 64)}
+    cells = "  ".join(f"{n} workers {wall / 60:6.1f} min" for n, wall in walls.items())
+    flag = "" if walls[2] <= STUDY_TARGET_S else "  *"
+    longest = max(points, key=points.__getitem__)
     print(f"\n200-step six-policy dapo study, projected from cpu s/step: {cells}{flag}")
+    print(f"(longest point: {longest}, {points[longest] / 60:.1f} min; no number of workers goes below it)")
 
 
 def table(title: str, trace: Path, policies: list[str], factor: int) -> dict[str, float]:

@@ -9,6 +9,16 @@ points, not the table or report): one worker on the local process pool (what `--
 start-up is timed apart, since a cluster is started once and then serves many sweeps).
 Target (issue 17): 2 workers >= 1.7x the points per second of 1. The numbers depend on the
 machine and on what else runs on it: they are printed, never asserted.
+
+    python bench/bench_sweep.py --study 4       # the six-policy dapo study, 4 steps of it
+
+`--study STEPS` measures issue 17's study instead: verl, speactor, seer, tlt, rhymerl and
+composite on STEPS steps of a generated dapo-32b-20k trace (seed 0, 16,384 requests a step)
+on h100x512, swept with 1 worker (the local pool) and 2 (a local Ray), each timed around
+`run_sweep`. It prints both walls, their ratio, each point's simulator CPU per step (from
+`sweep.parquet`) and the 200-step study projected from those CPU seconds: points are
+indivisible (a policy carries what it learned from step to step), so on any number of
+workers the study takes at least its longest point (`bench_sim_speed.pack`).
 """
 
 from __future__ import annotations
@@ -22,11 +32,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "bench"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from simctl.sweep_runner import run_sweep, start_local_ray  # noqa: E402
 from simctl.sweep_spec import load_spec  # noqa: E402
+from simctl.sweep_table import sweep_tables  # noqa: E402
 
 TRACE = ROOT / "traces" / "samples" / "efficientrollout-qwen7b-8k-6steps.parquet"
 TARGET = 1.7
@@ -40,6 +52,63 @@ def write_spec(folder: Path, steps: str, seeds: int) -> Path:
         "[policies]\nverl = {}\nngram = { gamma = [2, 4, 6] }\n"
     )
     return path
+
+
+STUDY_PRESET = "dapo-32b-20k"
+STUDY_CLUSTER = "h100x512"
+
+
+def write_study_spec(folder: Path, steps: int) -> Path:
+    """The study's sweep over a freshly generated `steps`-step dapo trace."""
+    from bench_sim_speed import STUDY
+
+    from simctl.traces.generate import generate_trace
+    from simctl.traces.io import write_trace
+
+    df, meta, lists = generate_trace(STUDY_PRESET, steps, 0)
+    trace = write_trace(folder / f"{STUDY_PRESET}-{steps}steps.parquet", df, meta, lists)
+    policies = "".join(f"{name} = {{}}\n" for name in STUDY)
+    path = folder / "study.toml"
+    path.write_text(
+        f'[sweep]\ntraces = ["{trace}"]\nsteps = "0:{steps}"\nclusters = ["{STUDY_CLUSTER}"]\n'
+        f"seeds = [0]\n[policies]\n{policies}"
+    )
+    return path
+
+
+def study(work: Path, steps: int, use_ray: bool) -> dict:
+    """Issue 17's study on `steps` steps: walls with 1 and 2 workers, and the 200-step
+    projection from each point's simulator CPU."""
+    from bench_sim_speed import STUDY_STEPS, STUDY_TARGET_S, pack
+
+    spec = write_study_spec(work, steps)
+    res: dict = {"steps": steps, "one": timed(spec, work / "one", 1, False)}
+    if use_ray:
+        import ray
+
+        start_local_ray(2)
+        try:
+            res["two"] = timed(spec, work / "two", 2, True)
+        finally:
+            ray.shutdown()
+    else:
+        res["two"] = timed(spec, work / "two", 2, False)
+    res["two_vs_one"] = round(res["one"]["wall_s"] / res["two"]["wall_s"], 2)
+    table, _ = sweep_tables(load_spec(spec), work / "one")
+    per_step = {str(r.policy): float(r.sim_cpu_s) / steps for r in table.itertuples()}
+    res["cpu_s_per_step"] = {k: round(v, 2) for k, v in per_step.items()}
+    points = [STUDY_STEPS * v for v in per_step.values()]
+    res["projected_200_steps_min"] = {n: round(pack(points, n) / 60, 1) for n in (1, 2, 64)}
+    two = res["projected_200_steps_min"][2]
+    for name, cpu in sorted(per_step.items(), key=lambda kv: -kv[1]):
+        print(f"{name:12s} {cpu:7.2f} cpu s/step  {STUDY_STEPS * cpu / 60:6.1f} min for {STUDY_STEPS} steps")
+    print(
+        f"{steps} steps: 1 worker {res['one']['wall_s']:.0f} s, 2 workers {res['two']['wall_s']:.0f} s "
+        f"({res['two_vs_one']:.2f}x); {STUDY_STEPS} steps projected: "
+        + ", ".join(f"{n} workers {m} min" for n, m in res["projected_200_steps_min"].items())
+        + ("" if two * 60 <= STUDY_TARGET_S else f"  * (target <= {STUDY_TARGET_S / 60:g} min on 2)")
+    )
+    return res
 
 
 def timed(spec_path: Path, out: Path, workers: int, use_ray: bool) -> dict:
@@ -57,10 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=12, help="seeds per configuration (4 configurations)")
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray measurement")
     ap.add_argument("--keep", type=Path, help="keep the sweeps in this directory")
+    ap.add_argument("--study", type=int, metavar="STEPS", help="time the six-policy dapo study instead")
     args = ap.parse_args(argv)
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
+        if args.study:
+            print(json.dumps(study(work, args.study, not args.no_ray)))
+            return 0
         spec = write_spec(work, args.steps, args.seeds)
         res = {
             "pool_1": timed(spec, work / "pool1", 1, False),

@@ -23,18 +23,56 @@ def test_bench_smoke(tmp_path, capsys):
 
 
 def test_study_projection(capsys):
-    """The 200-step study is projected from CPU per step: 200 x the six policies' sum,
-    over 1, 2 and 64 workers, flagged when 2 workers would take over 10 minutes."""
+    """The 200-step study is projected from CPU per step: its six points (200 steps of a
+    policy each, indivisible) packed onto 1, 2 and 64 workers, flagged when 2 workers
+    would take over 10 minutes; the longest point bounds it whatever the workers."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         import bench_sim_speed
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    cpu = dict.fromkeys(bench_sim_speed.STUDY, 0.5)  # 6 x 0.5 s x 200 steps = 600 s
+    cpu = dict.fromkeys(bench_sim_speed.STUDY, 0.5)  # 6 points of 200 x 0.5 s = 100 s
     bench_sim_speed.study_projection(cpu)
-    line = capsys.readouterr().out.strip()
+    line = capsys.readouterr().out.strip().splitlines()[0]
     assert "1 workers   10.0 min" in line and "2 workers    5.0 min" in line and not line.endswith("*")
-    bench_sim_speed.study_projection({**cpu, "composite": 6.0})  # 200 x 8.5 s / 2 = 850 s
-    assert capsys.readouterr().out.strip().endswith("*")
+    assert "64 workers    1.7 min" in line  # one point each: a point's 100 s, not 600 / 64
+    bench_sim_speed.study_projection({**cpu, "composite": 6.0})  # composite alone: 1,200 s
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "2 workers   20.0 min" in out[0] and "64 workers   20.0 min" in out[0] and out[0].endswith("*")
+    assert "longest point: composite, 20.0 min" in out[1]
     bench_sim_speed.study_projection({"verl": 1.0})
     assert "not projected" in capsys.readouterr().out
+
+
+def test_pack_lpt():
+    """Points go longest first to the least loaded worker; never below the longest."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import bench_sim_speed
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert bench_sim_speed.pack([3.0, 3.0, 2.0, 2.0, 2.0], 2) == 7.0
+    assert bench_sim_speed.pack([1.0] * 6, 4) == 2.0
+    assert bench_sim_speed.pack([5.0, 1.0], 1) == 6.0
+
+
+def test_study_sweep(tmp_path, monkeypatch, capsys):
+    """`bench_sweep.py --study` sweeps the study's policies over generated dapo steps with
+    1 and 2 workers and projects 200 steps from each point's CPU (here two cheap policies,
+    one step, the local pool)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import bench_sim_speed
+        import bench_sweep
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    monkeypatch.setattr(bench_sim_speed, "STUDY", ("verl", "rhymerl"))
+    res = bench_sweep.study(tmp_path, 1, use_ray=False)
+    assert res["one"]["points"] == res["two"]["points"] == 2
+    assert set(res["cpu_s_per_step"]) == {"verl", "rhymerl"}
+    cpu = res["cpu_s_per_step"]
+    proj = res["projected_200_steps_min"]
+    # one point per worker on 2 workers: the longer point, whatever the number of workers
+    assert proj[2] == proj[64] == round(200 * max(cpu.values()) / 60, 1)
+    assert proj[1] >= proj[2]
+    assert "200 steps projected" in capsys.readouterr().out
