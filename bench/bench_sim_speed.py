@@ -1,15 +1,17 @@
 """Simulator cost per policy (issue #17). Run: nice .venv/bin/python bench/bench_sim_speed.py
 
 For every registered policy: simulator CPU seconds (`time.process_time`, around the replay
-call only: trace load, validation and report writing excluded) for one step of the bundled
-dapo-32b-20k sample at its layout (h100x512, 16,384 requests) and at 8x the cluster
-(h100x4096, the step's prompt groups replicated 8x with fresh prompt ids: the same requests
-per worker). The Seer variants are also measured on the bundled Seer preset sample.
-Each measurement runs in a fresh single-threaded process, so caches and heaps are its own.
+call only: trace load, validation and report writing excluded) per step of the bundled
+dapo-32b-20k sample (both its steps, 16,384 requests each, replayed in order; the costlier
+step counts, since a policy's machinery may start after the first: TLT drafts with EAGLE
+only once spot training has produced a drafter) at its layout (h100x512) and at 8x the
+cluster (h100x4096, each step's prompt groups replicated 8x with fresh prompt ids: the same
+requests per worker). Each measurement runs in a fresh single-threaded process, so caches
+and heaps are its own.
 
 Prints per policy: CPU s/step at both sizes, the ratio to verl's on the same trace and
 cluster (issue target <= 3) and the 4,096/512 growth (target <= 10, linear is 8); at 1x also
-the step's policy events and planned blocks and the CPU microseconds per event-or-block
+the policy events and planned blocks per step and the CPU microseconds per event-or-block
 (what one unit of the event loop costs: a policy whose units outnumber verl's by more than
 3x cannot reach the target at verl's cost per unit); then the
 200-step six-policy dapo study (verl, speactor, seer, tlt, rhymerl, composite) projected
@@ -49,12 +51,13 @@ from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
 from simctl.sim.models import get_model
 from simctl.sim.replay import ReplaySetup, run_policy
-path, factor, policy, step = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+path, factor, policy = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 tr = load_valid_trace(path)
-rows = np.flatnonzero(tr.df["step"].to_numpy() == step)
+steps = sorted(int(s) for s in np.unique(tr.df["step"].to_numpy()))
+rows = np.flatnonzero(np.isin(tr.df["step"].to_numpy(), steps))
 df = tr.df.iloc[rows].reset_index(drop=True)
 span = int(df["prompt_id"].max()) + 1
-# 8x the cluster, same requests per worker: the step's groups again with fresh prompt ids
+# 8x the cluster, same requests per worker: each step's groups again with fresh prompt ids
 df = pd.concat([df.assign(prompt_id=df["prompt_id"] + k * span) for k in range(factor)], ignore_index=True)
 lists = {k: pa.concat_arrays([v.take(pa.array(rows))] * factor) for k, v in tr.lists.items()}
 trace = Trace(df=df, meta=tr.meta, lists=lists, path=tr.path)
@@ -62,20 +65,25 @@ base = tr.meta.cluster if isinstance(tr.meta.cluster, str) and tr.meta.cluster e
 spec = parse_cluster(base)
 spec = dataclasses.replace(spec, nodes=spec.nodes * factor)
 model = get_model(tr.meta.model)
-setup = ReplaySetup(trace=trace, cluster=spec, model=model, cost=load_cost_model(model, spec), steps=[step])
+setup = ReplaySetup(trace=trace, cluster=spec, model=model, cost=load_cost_model(model, spec), steps=steps)
 run = run_policy(setup, policy)
-print(json.dumps({"cpu_s": run.sim_cpu_s, "wall_s": run.sim_wall_s, "requests": len(df),
-                  "gpus": spec.total_gpus, "makespan_s": run.steps[0].rollout_makespan_s,
-                  "events": int(run.counters.get("events", 0)),
-                  "blocks": int(run.counters.get("blocks", 0))}))
+per_step = run.step_cpu_s
+print(json.dumps({"cpu_s": max(per_step), "step_cpu_s": per_step, "requests": len(df) // len(steps),
+                  "gpus": spec.total_gpus, "makespan_s": run.steps[-1].rollout_makespan_s,
+                  "events": int(run.counters.get("events", 0)) / len(steps),
+                  "blocks": int(run.counters.get("blocks", 0)) / len(steps),
+                  "unit_cpu_s": run.sim_cpu_s / len(steps)}))
 """
 
 
-def measure(trace: Path, factor: int, policy: str, step: int = 0) -> dict:
-    """One policy, one step, in a fresh single-threaded process."""
+def measure(trace: Path, factor: int, policy: str) -> dict:
+    """One policy over every step of `trace`, in a fresh single-threaded process: its CPU
+    seconds in its costliest step (a policy's machinery may start after the first: TLT's
+    EAGLE drafter exists only once spot training has run), and its events and blocks per
+    step."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(trace), str(factor), policy, str(step)],
+        [sys.executable, "-c", CHILD, str(trace), str(factor), policy],
         capture_output=True,
         text=True,
         env=env,
@@ -90,8 +98,8 @@ def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: d
         return f"{name:32s} error: {small['error']}"
     ratio = small["cpu_s"] / base_small["cpu_s"]
     units = small.get("events", 0) + small.get("blocks", 0)
-    per_unit = 1e6 * small["cpu_s"] / units if units else float("nan")
-    counts = f"{small.get('events', 0):7d} {small.get('blocks', 0):7d} {per_unit:6.0f}"
+    per_unit = 1e6 * small.get("unit_cpu_s", small["cpu_s"]) / units if units else float("nan")
+    counts = f"{small.get('events', 0):7.0f} {small.get('blocks', 0):7.0f} {per_unit:6.0f}"
     cells = f"{name:32s} {small['cpu_s']:8.2f} {ratio:7.2f} {counts}"
     if big is None or base_big is None:  # no growth measured: flag the ratio alone
         return cells + ("" if ratio <= TARGET_VS_VERL else "  *")
@@ -133,7 +141,8 @@ def study_projection(cpu_per_step: dict[str, float]) -> None:
     """The 200-step six-policy study's wall time projected from the measured CPU per step:
     its six points (one policy's 200 steps each; a point's steps run in order, since a
     policy carries what it learned from step to step) packed onto 1, 2 and 64 workers. A
-    projection, not a measurement: it assumes every step costs what step 0 does. The
+    projection, not a measurement: it assumes every step costs what the costlier sample
+    step does (`bench_sweep.py --study` measures the first steps of a generated run). The
     longest point bounds the study on any number of workers, so it is printed too."""
     missing = [p for p in STUDY if p not in cpu_per_step]
     if missing:
@@ -152,11 +161,11 @@ def table(title: str, trace: Path, policies: list[str], factor: int) -> dict[str
     """Measure and print one trace's table as it goes (a slow policy shows up at once);
     returns CPU s per step at 1x by policy."""
     if factor > 1:
-        print(f"\n{title}: {trace.name}, step 0; 1x and {factor}x cluster (same requests/worker)")
+        print(f"\n{title}: {trace.name}, costliest step; 1x and {factor}x cluster (same requests/worker)")
         big, growth = f"cpu s {factor}x", f"{factor}x/1x"
         print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s}{UNIT_HEAD} {big:>9s} {'x verl':>7s} {growth:>7s}")
     else:
-        print(f"\n{title}: {trace.name}, step 0 (no growth measured: --factor 1)")
+        print(f"\n{title}: {trace.name}, costliest step (no growth measured: --factor 1)")
         print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s}{UNIT_HEAD}")
     base_small = measure(trace, 1, BASELINE)
     cpu: dict[str, float] = {}

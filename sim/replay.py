@@ -93,6 +93,7 @@ class PolicyRun:
     # CPU seconds of this process spent simulating: benchmarks compare policies by it, as it
     # barely moves when other work shares the machine (wall time does)
     sim_cpu_s: float = 0.0
+    step_cpu_s: list[float] = field(default_factory=list)  # sim_cpu_s, step by step
     events: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     worker_losses: list[WorkerLossEntry] = field(default_factory=list)
@@ -184,7 +185,8 @@ def run_policy(
         run.worker_losses += sim.faults.losses
         spot_gpu_s.append(float((_role_seconds(sim, makespan, {Role.SPOT_TRAINER}) * _gpus(sim)).sum()))
         run.sim_wall_s += time.perf_counter() - t0
-        run.sim_cpu_s += time.process_time() - c0
+        run.step_cpu_s.append(time.process_time() - c0)
+        run.sim_cpu_s += run.step_cpu_s[-1]
         run.events += sim.counters["events"]
         for k, v in sim.counters.items():
             run.counters[k] = run.counters.get(k, 0) + int(v)

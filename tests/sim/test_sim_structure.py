@@ -93,3 +93,15 @@ def test_a_draw_is_a_frozen_answer() -> None:
     assert ((draw.tokens >= 1) & (draw.tokens <= 5)).all()
     with pytest.raises(AttributeError):
         draw.tokens = draw.tokens  # type: ignore[misc]
+
+
+def test_step_cpu_is_split_by_step():
+    """A run keeps its simulator CPU step by step (what the speed benchmark compares the
+    costliest step by), and the steps add up to the run's total."""
+    from tests.factories import make_trace, random_lengths, run_one
+
+    frames = [make_frame(random_lengths(s, 32), step=s, accept={"ngram": 0.6}) for s in range(3)]
+    run = run_one(make_trace(frames), "ngram")
+    assert len(run.step_cpu_s) == 3
+    assert all(c > 0.0 for c in run.step_cpu_s)
+    assert sum(run.step_cpu_s) == pytest.approx(run.sim_cpu_s)
