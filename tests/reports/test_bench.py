@@ -76,3 +76,21 @@ def test_study_sweep(tmp_path, monkeypatch, capsys):
     assert proj[2] == proj[64] == round(200 * max(cpu.values()) / 60, 1)
     assert proj[1] >= proj[2]
     assert "200 steps projected" in capsys.readouterr().out
+
+
+def test_cost_split():
+    """`sim_cost_split.py` parts a replay's CPU into the policy's code, speculative planning
+    and the rest: verl plans no speculative block, ngram does, and the parts fit in the
+    total."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import sim_cost_split
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    sample = ROOT / "traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"
+    plain = sim_cost_split.split("verl", sample)
+    spec = sim_cost_split.split("ngram", sample)
+    assert plain["planning"] == 0.0 and plain["policy"] > 0.0
+    assert spec["planning"] > 0.0
+    for parts in (plain, spec):
+        assert parts["policy"] + parts["planning"] <= parts["total"]
