@@ -31,6 +31,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
+from simctl.sweep_order import longest_first, point_requests
 from simctl.sweep_spec import Point, SweepSpec
 from simctl.traces.atomic import remove_stale_temporaries
 from simctl.traces.outputs import OutputPathError, check_output_dir
@@ -85,7 +86,7 @@ def _trace(path: str) -> Any:
 
     key = (path, os.stat(path).st_mtime)
     if key not in _TRACES:
-        _TRACES.clear()  # one trace at a time: a worker runs a trace's points in a row
+        _TRACES.clear()  # one trace at a time (points of a trace mostly follow each other)
         _TRACES[key] = load_valid_trace(path)
     return _TRACES[key]
 
@@ -363,14 +364,17 @@ def check_sweep_dir(out: Path, spec_path: Path) -> None:
 
 
 def pending_tasks(spec: SweepSpec, out: Path, command: str) -> list[PointTask]:
-    """Tasks of the points not yet complete; stale temporaries of killed writers removed."""
-    tasks = []
+    """Tasks of the points not yet complete, the costliest first (simctl.sweep_order: a
+    point runs on one worker, so a long one handed out last would hold the sweep alone);
+    stale temporaries of killed writers removed."""
+    pending = []
     for point in spec.points:
         path = point_dir(out, point)
         remove_stale_temporaries(path)
         if not is_complete(path, point):
-            tasks.append(make_task(out, point, command))
-    return tasks
+            pending.append(point)
+    order = longest_first(pending, point_requests(pending, spec.traces))
+    return [make_task(out, pending[i], command) for i in order]
 
 
 def run_sweep(
@@ -412,8 +416,8 @@ def run_sweep(
     elif tasks:
         run_pool(tasks, workers or default_workers(), done)
     if failed:
-        order = {t["point_id"]: i for i, t in enumerate(tasks)}
-        first = min(failed, key=lambda r: order[r["point_id"]])  # the spec's order, not the finish's
+        order = {p.point_id: i for i, p in enumerate(spec.points)}
+        first = min(failed, key=lambda r: order[r["point_id"]])  # the spec's order, not the run's
         raise SweepError(
             f"{len(failed)} of {len(tasks)} points failed; first {first['point_id']}: {first['error']} "
             "(the others are kept: rerun to resume)"

@@ -27,7 +27,16 @@ from hypothesis import strategies as st
 from simctl.cli import main
 from simctl.reports.sweep_figures import pareto_front
 from simctl.sweep_cmd import choose_backend
-from simctl.sweep_runner import POINTS, SweepError, is_complete, point_dir, run_sweep, start_local_ray
+from simctl.sweep_order import longest_first, point_requests
+from simctl.sweep_runner import (
+    POINTS,
+    SweepError,
+    is_complete,
+    pending_tasks,
+    point_dir,
+    run_sweep,
+    start_local_ray,
+)
 from simctl.sweep_spec import SweepSpecError, load_spec, spec_from_data
 from simctl.sweep_table import TIME_COLUMNS, sweep_tables, write_tables
 
@@ -130,6 +139,34 @@ def test_zipped_axes_advance_together(tmp_path: Path) -> None:
         "spec-coupled:method=ngram,gamma=2",
         "spec-coupled:method=suffix,gamma=4",
     }
+
+
+def test_points_are_handed_out_longest_first(tmp_path: Path) -> None:
+    """A point runs on one worker, so the sweep hands the costliest out first (its requests
+    times its policy's simulator cost relative to verl's): n-gram before verl on the same
+    steps, more steps before fewer, equal estimates in the spec's order. A pending point
+    keeps its place when others are complete."""
+    path = tmp_path / "order.toml"
+    path.write_text(
+        f'[sweep]\ntraces = ["{ROOT / SAMPLE}"]\nsteps = ["0:1", "0:3"]\nseeds = [0, 1]\n'
+        'clusters = ["a100x8:tp1"]\n[policies]\nverl = {}\nngram = { gamma = [4] }\n'
+    )
+    spec = load_spec(path)
+    tasks = pending_tasks(spec, tmp_path / "out", "simctl sweep")
+    order = [(t["point"]["policy"], t["point"]["steps"], t["point"]["seed"]) for t in tasks]
+    assert order == [
+        ("ngram", "0:3", 0),
+        ("ngram", "0:3", 1),
+        ("verl", "0:3", 0),  # 3 steps of verl (1) outweigh 1 of n-gram (2.6)
+        ("verl", "0:3", 1),
+        ("ngram", "0:1", 0),
+        ("ngram", "0:1", 1),
+        ("verl", "0:1", 0),
+        ("verl", "0:1", 1),
+    ]
+    requests = point_requests(spec.points, spec.traces)
+    assert sorted(set(requests)) == [1024, 3072]  # 128 prompts x 8 samples per step
+    assert longest_first([], []) == []
 
 
 def test_ray_and_pool_give_identical_tables(

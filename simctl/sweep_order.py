@@ -1,0 +1,85 @@
+"""The order a sweep hands its points to the workers: longest first.
+
+A point (one policy over its steps) runs on one worker from start to end, and points differ
+in cost by more than an order of magnitude (a composite point costs ~28 verl points on the
+same steps). Handed out in the spec's order, a long point listed last starts when the others
+are done and the sweep waits for it alone: the six-policy dapo study lists composite last,
+and on 2 workers that order takes ~48 minutes where longest-first takes ~34 (the longest
+point; `bench/bench_sim_speed.py pack`). Workers take the next point as they free up, so
+handing points out longest first is the LPT rule.
+
+The estimate is the point's requests (rows of its trace in its steps) times its policy's
+simulator cost per request relative to verl's. It only orders the points: results, tables
+and run directories do not depend on it, and a policy missing from the table counts as
+verl's cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+# Simulator CPU per step relative to verl's, by policy family: `bench/bench_sim_speed.py
+# --factor 1` on the dapo sample (512 GPUs, the costlier of its two steps), rounded. Only the
+# order of magnitude matters here; the speculative ones not listed cost 2-3x.
+RELATIVE_COST: dict[str, float] = {
+    "composite": 28.0,
+    "composite-fixed-drafter": 27.0,
+    "composite-no-fon": 29.0,
+    "seer": 10.5,
+    "seer-no-adapt": 9.3,
+    "seer-no-group-context": 10.3,
+    "seer-divided": 2.9,
+    "seer-divided-context": 3.0,
+    "seer-oracle": 2.7,
+    "tlt": 10.1,
+    "tlt-static-drafter": 9.9,
+    "tlt-base": 1.7,
+    "speactor": 6.2,
+    "speactor-decoupled-reconfig": 3.8,
+    "speactor-decoupled": 2.6,
+    "speactor-vanilla": 2.8,
+    "spec-coupled": 2.5,
+    "ngram": 2.6,
+    "efficientrollout": 2.7,
+    "efficientrollout-fixed-gamma": 2.7,
+    "quantized-selfspec": 2.1,
+}
+
+
+def relative_cost(policy: str) -> float:
+    """A family's simulator cost per request relative to verl's (1 where not measured)."""
+    return RELATIVE_COST.get(policy, 1.0)
+
+
+def longest_first(points: Sequence[Any], requests: Sequence[int]) -> list[int]:
+    """Indices of `points` (each with a `.policy` family name) by estimated cost, the
+    costliest first; `requests[i]`: the requests point i replays. Equal estimates keep
+    the given order (a stable sort), so a sweep of one policy runs in the spec's order.
+
+    >>> from types import SimpleNamespace as P
+    >>> longest_first([P(policy="verl"), P(policy="composite"), P(policy="verl")], [10, 10, 20])
+    [1, 2, 0]
+    """
+    cost = [requests[i] * relative_cost(p.policy) for i, p in enumerate(points)]
+    return sorted(range(len(points)), key=lambda i: -cost[i])
+
+
+def point_requests(points: Sequence[Any], traces: dict[str, Any]) -> list[int]:
+    """Requests each point replays: its trace's rows in its steps (`traces`: label ->
+    loaded trace, as the spec holds them; 1 for a trace not loaded)."""
+    from simctl.traces.cli_options import parse_steps
+
+    per_step: dict[str, dict[int, int]] = {}
+    out = []
+    for p in points:
+        trace = traces.get(p.trace)
+        if trace is None:
+            out.append(1)
+            continue
+        counts = per_step.get(p.trace)
+        if counts is None:
+            counts = per_step[p.trace] = {int(k): int(v) for k, v in trace.df["step"].value_counts().items()}
+        steps = parse_steps(None if p.steps == "all" else p.steps, trace.steps)
+        out.append(sum(counts.get(s, 0) for s in steps))
+    return out
