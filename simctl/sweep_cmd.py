@@ -30,12 +30,13 @@ from simctl.sweep_table import sweep_tables, write_tables
 
 
 @contextmanager
-def _progress(total_hint: int) -> Iterator[Callable[[int, int], None]]:
-    """A bar with ETA over points, on stderr when it is a terminal."""
+def _progress(total_hint: int) -> Iterator[Callable[[int, int, float, float], None]]:
+    """A bar with ETA, on stderr when it is a terminal. It advances by the points' estimated
+    cost, not their count: the costliest go first, so a count would make the ETA run slow
+    early and fast at the end."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
-        MofNCompleteColumn,
         Progress,
         TextColumn,
         TimeElapsedColumn,
@@ -45,7 +46,7 @@ def _progress(total_hint: int) -> Iterator[Callable[[int, int], None]]:
     with Progress(
         TextColumn("sweep"),
         BarColumn(),
-        MofNCompleteColumn(),
+        TextColumn("{task.fields[points]} points"),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
@@ -53,10 +54,10 @@ def _progress(total_hint: int) -> Iterator[Callable[[int, int], None]]:
         transient=True,
         disable=not sys.stderr.isatty(),
     ) as bar:
-        task = bar.add_task("points", total=total_hint)
+        task = bar.add_task("points", total=None, points=f"0/{total_hint}")
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+        def update(done: int, total: int, work_done: float, work: float) -> None:
+            bar.update(task, completed=work_done, total=work, points=f"{done}/{total}")
 
         yield update
 

@@ -52,17 +52,21 @@ def relative_cost(policy: str) -> float:
     return RELATIVE_COST.get(policy, 1.0)
 
 
-def longest_first(points: Sequence[Any], requests: Sequence[int]) -> list[int]:
-    """Indices of `points` (each with a `.policy` family name) by estimated cost, the
-    costliest first; `requests[i]`: the requests point i replays. Equal estimates keep
-    the given order (a stable sort), so a sweep of one policy runs in the spec's order.
+def point_work(points: Sequence[Any], traces: dict[str, Any]) -> list[float]:
+    """Each point's estimated simulator cost, in verl-request units: its requests times its
+    policy's relative cost. The sweep orders points by it, and its progress bar counts it
+    (an ETA over points would run slow while the long points go first)."""
+    return [n * relative_cost(p.policy) for p, n in zip(points, point_requests(points, traces), strict=True)]
 
-    >>> from types import SimpleNamespace as P
-    >>> longest_first([P(policy="verl"), P(policy="composite"), P(policy="verl")], [10, 10, 20])
+
+def longest_first(costs: Sequence[float]) -> list[int]:
+    """Indices by cost, the costliest first; equal costs keep the given order (a stable
+    sort), so a sweep of one policy over one trace runs in the spec's order.
+
+    >>> longest_first([10.0, 280.0, 20.0])
     [1, 2, 0]
     """
-    cost = [requests[i] * relative_cost(p.policy) for i, p in enumerate(points)]
-    return sorted(range(len(points)), key=lambda i: -cost[i])
+    return sorted(range(len(costs)), key=lambda i: -costs[i])
 
 
 def point_requests(points: Sequence[Any], traces: dict[str, Any]) -> list[int]:

@@ -31,7 +31,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
-from simctl.sweep_order import longest_first, point_requests
+from simctl.sweep_order import longest_first, point_work
 from simctl.sweep_spec import Point, SweepSpec
 from simctl.traces.atomic import remove_stale_temporaries
 from simctl.traces.outputs import OutputPathError, check_output_dir
@@ -161,6 +161,7 @@ def make_task(out: Path, point: Point, command: str) -> PointTask:
 # ------------------------------------------------------------------------- executors
 
 Done = Callable[[PointResult], None]
+Progress = Callable[[int, int, float, float], None]
 
 
 def _die_with_parent() -> None:
@@ -373,7 +374,7 @@ def pending_tasks(spec: SweepSpec, out: Path, command: str) -> list[PointTask]:
         remove_stale_temporaries(path)
         if not is_complete(path, point):
             pending.append(point)
-    order = longest_first(pending, point_requests(pending, spec.traces))
+    order = longest_first(point_work(pending, spec.traces))
     return [make_task(out, pending[i], command) for i in order]
 
 
@@ -383,10 +384,12 @@ def run_sweep(
     workers: int | None,
     use_ray: bool,
     ray_address: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     command: str = "simctl sweep",
 ) -> SweepResult:
-    """Run every point not yet complete; SweepError naming the first failed point."""
+    """Run every point not yet complete; SweepError naming the first failed point.
+    `progress(points done, points, work done, work)` after each point (and once before),
+    work being the points' estimated cost (simctl.sweep_order.point_work)."""
     from simctl.traces.run_format import write_json
 
     out = Path(out)
@@ -397,17 +400,21 @@ def run_sweep(
     )
     tasks = pending_tasks(spec, out, command)
     failed: list[PointResult] = []
+    work = dict(zip((p.point_id for p in spec.points), point_work(spec.points, spec.traces), strict=True))
+    total_work = sum(work.values())
     count = [len(spec.points) - len(tasks)]
+    done_work = [total_work - sum(work[t["point_id"]] for t in tasks)]
 
     def done(result: PointResult) -> None:
         count[0] += 1
+        done_work[0] += work[result["point_id"]]
         if result["error"]:
             failed.append(result)
         if progress:
-            progress(count[0], len(spec.points))
+            progress(count[0], len(spec.points), done_work[0], total_work)
 
     if progress:
-        progress(count[0], len(spec.points))
+        progress(count[0], len(spec.points), done_work[0], total_work)
     t0 = time.perf_counter()
     backend = "ray" if use_ray else "process pool"
     if tasks and use_ray:

@@ -7,6 +7,7 @@ efficientrollout sample on 8 A100s), so the module stays well under a minute on 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 from simctl.cli import main
 from simctl.reports.sweep_figures import pareto_front
 from simctl.sweep_cmd import choose_backend
-from simctl.sweep_order import longest_first, point_requests
+from simctl.sweep_order import longest_first, point_requests, point_work
 from simctl.sweep_runner import (
     POINTS,
     SweepError,
@@ -166,7 +167,30 @@ def test_points_are_handed_out_longest_first(tmp_path: Path) -> None:
     ]
     requests = point_requests(spec.points, spec.traces)
     assert sorted(set(requests)) == [1024, 3072]  # 128 prompts x 8 samples per step
-    assert longest_first([], []) == []
+    assert longest_first([]) == []
+
+
+def test_progress_counts_points_and_estimated_work(tmp_path: Path) -> None:
+    """Progress reports points and their estimated cost: it starts from the complete ones
+    (a resumed sweep), each point adds its own estimate, and the last call is the whole."""
+    path = tmp_path / "progress.toml"
+    path.write_text(
+        f'[sweep]\ntraces = ["{ROOT / SAMPLE}"]\nsteps = ["0:1", "0:2"]\n'
+        'clusters = ["a100x8:tp1"]\n[policies]\nverl = {}\nngram = { gamma = [4] }\n'
+    )
+    spec = load_spec(path)
+    work = point_work(spec.points, spec.traces)
+    assert sorted(work) == pytest.approx([1024, 2048, 1024 * 2.6, 2048 * 2.6])  # requests x relative cost
+    calls: list[tuple[int, int, float, float]] = []
+    run_sweep(spec, tmp_path / "out", 1, False, progress=lambda *a: calls.append(a))
+    assert calls[0] == (0, 4, 0.0, pytest.approx(sum(work)))
+    assert calls[-1] == (4, 4, pytest.approx(sum(work)), pytest.approx(sum(work)))
+    steps = sorted(b[2] - a[2] for a, b in itertools.pairwise(calls))
+    assert steps == pytest.approx(sorted(work))
+    shutil.rmtree(tmp_path / "out" / POINTS / sorted(os.listdir(tmp_path / "out" / POINTS))[0])
+    calls.clear()
+    run_sweep(load_spec(path), tmp_path / "out", 1, False, progress=lambda *a: calls.append(a))
+    assert calls[0][0] == 3 and len(calls) == 2 and calls[-1][2] == pytest.approx(sum(work))
 
 
 def test_ray_and_pool_give_identical_tables(
