@@ -37,12 +37,15 @@ def replay_parallel(
     specs: Sequence[Any],
     jobs: int,
     on_policy: Callable[[str], None] | None = None,
+    order: Sequence[int] | None = None,
 ) -> list[Run]:
     """`run_policy(setup, spec)` for each spec, results in their order, up to `jobs` at a
     time in spawned processes (`run_policy` must be a module-level function: it is sent by
     reference); `on_policy(spec)` after each finishes (in finishing order). A policy's
     error is raised here as it would be in a serial replay. Spec strings go to the pool;
-    anything else (a policy object) runs in this process."""
+    anything else (a policy object) runs in this process. `order`: the indices of `specs`
+    in the order the pool starts them (the costliest first finishes soonest: a long run
+    started last would run alone at the end); default, as given."""
     strings = [s for s in specs if isinstance(s, str)]
     if jobs <= 1 or len(strings) <= 1:
         runs = []
@@ -55,7 +58,8 @@ def replay_parallel(
     with ProcessPoolExecutor(
         max_workers=min(jobs, len(strings)), mp_context=get_context("spawn"), initializer=single_threaded
     ) as pool:
-        for i, spec in enumerate(specs):
+        for i in order if order is not None else range(len(specs)):
+            spec = specs[i]
             if isinstance(spec, str):
                 fut = pool.submit(run_policy, setup, spec)
                 if on_policy is not None:

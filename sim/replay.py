@@ -398,10 +398,11 @@ def replay(
     policy_specs: Sequence[str],
     on_step: Callable[[str, int], None] | None = None,
     jobs: int = 1,
+    order: Sequence[int] | None = None,
 ) -> dict[str, PolicyRun]:
     """Each policy's run, by name; `jobs` > 1 runs them in that many processes at once
     (sim/parallel_replay.py: the same results; `on_step` is then called for all of a
-    policy's steps when it finishes)."""
+    policy's steps when it finishes), started in `order` (indices of `policy_specs`)."""
     if jobs > 1 and len(policy_specs) > 1:
 
         def finished(spec: str) -> None:
@@ -409,7 +410,7 @@ def replay(
                 if on_step is not None:
                     on_step(spec, step)
 
-        done = replay_parallel(run_policy, setup, policy_specs, jobs, finished)
+        done = replay_parallel(run_policy, setup, policy_specs, jobs, finished, order)
         return {run.name: run for run in done}
     runs: dict[str, PolicyRun] = {}
     for spec in policy_specs:

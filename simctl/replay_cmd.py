@@ -16,6 +16,7 @@ from simctl.sim.engine import EngineConfig, SimError
 from simctl.sim.models import get_model
 from simctl.sim.replay import PolicyRun, ReplaySetup, replay, run_tables
 from simctl.sim.worker_faults import WorkerFaultError, fault_problem
+from simctl.sweep_order import costliest_first
 from simctl.traces.chrome_trace import write_run_chrome_trace
 from simctl.traces.cli_options import (
     WorkerFault,
@@ -216,7 +217,7 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Replay up to N policies at once, one process each (same results; use your cores).",
+    help="Replay up to N policies at once, one process each, the costliest first (same results).",
 )
 def replay_cmd(
     trace,
@@ -269,7 +270,7 @@ def replay_cmd(
             bar.update(task, advance=1, description=f"{name} step {step}")
 
         try:
-            runs = replay(setup, policies, tick, jobs=jobs)
+            runs = replay(setup, policies, tick, jobs=jobs, order=costliest_first(policies))
         except (SimError, WorkerFaultError) as exc:
             raise click.ClickException(str(exc)) from None
     print_table(runs, baseline)

@@ -1,4 +1,5 @@
-"""The order a sweep hands its points to the workers: longest first.
+"""The order a sweep hands its points to the workers (and `simctl replay --jobs` starts its
+policies in): longest first.
 
 A point (one policy over its steps) runs on one worker from start to end, and points differ
 in cost by more than an order of magnitude (a composite point costs ~28 verl points on the
@@ -67,6 +68,17 @@ def longest_first(costs: Sequence[float]) -> list[int]:
     [1, 2, 0]
     """
     return sorted(range(len(costs)), key=lambda i: -costs[i])
+
+
+def costliest_first(policy_specs: Sequence[str]) -> list[int]:
+    """The order `simctl replay --jobs` starts its policies in, by the family named before
+    a spec's parameters ("ngram:gamma=4" is n-gram); on one trace every policy replays the
+    same requests, so its relative cost alone orders them.
+
+    >>> costliest_first(["verl", "seer:chunk_tokens=4096", "composite", "ngram"])
+    [2, 1, 3, 0]
+    """
+    return longest_first([relative_cost(spec.split(":", 1)[0]) for spec in policy_specs])
 
 
 def point_requests(points: Sequence[Any], traces: dict[str, Any]) -> list[int]:

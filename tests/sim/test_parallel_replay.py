@@ -55,3 +55,41 @@ def test_a_failing_policy_fails_the_parallel_replay_as_it_does_serially() -> Non
     setup.trace.lists.pop("response_tokens", None)
     with pytest.raises(SimError, match="ngram"):
         replay(setup, ["verl", "ngram"], jobs=2)
+
+
+def test_policies_start_in_the_order_asked_and_return_in_the_given_order(monkeypatch) -> None:
+    """`order` decides which policy the pool starts first (`simctl replay --jobs` starts the
+    costliest first); results come back in the order the specs were given."""
+    from concurrent.futures import Future
+
+    import simctl.sim.parallel_replay as parallel_replay
+
+    started: list[str] = []
+
+    class InlinePool:  # runs each submission at once, recording the order
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def __enter__(self) -> InlinePool:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            return None
+
+        def submit(self, fn, setup, spec):
+            started.append(spec)
+            fut: Future = Future()
+            fut.set_result(fn(setup, spec))
+            return fut
+
+    monkeypatch.setattr(parallel_replay, "ProcessPoolExecutor", InlinePool)
+    specs = ["verl", "ngram:gamma=3", "composite", "seer"]
+    runs = parallel_replay.replay_parallel(lambda _, s: s.upper(), None, specs, 2, order=[2, 3, 1, 0])
+    assert started == ["composite", "seer", "ngram:gamma=3", "verl"]
+    assert runs == ["VERL", "NGRAM:GAMMA=3", "COMPOSITE", "SEER"]
+
+
+def test_replay_cmd_starts_the_costliest_first() -> None:
+    from simctl.sweep_order import costliest_first
+
+    assert costliest_first(["verl", "composite", "speactor", "seer", PLUGIN]) == [1, 3, 2, 0, 4]
