@@ -22,10 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-DAPO = ROOT / "traces/samples/dapo-32b-20k-2steps.parquet"
-STUDY = ("verl", "speactor", "seer", "tlt", "rhymerl", "composite")
-TARGET_VS_VERL = 3.0
+from bench_sim_speed import DAPO, STUDY, TARGET_VS_VERL
 
 
 def _timed(fn: Callable[..., Any], into: Counter[str], key: str) -> Callable[..., Any]:

@@ -364,9 +364,14 @@ def check_sweep_dir(out: Path, spec_path: Path) -> None:
             )
 
 
-def pending_tasks(spec: SweepSpec, out: Path, command: str) -> list[PointTask]:
-    """Tasks of the points not yet complete, the costliest first (simctl.sweep_order: a
-    point runs on one worker, so a long one handed out last would hold the sweep alone);
+def point_costs(spec: SweepSpec) -> dict[str, float]:
+    """Each point's estimated cost by id (simctl.sweep_order.point_work)."""
+    return dict(zip((p.point_id for p in spec.points), point_work(spec.points, spec.traces), strict=True))
+
+
+def pending_tasks(spec: SweepSpec, out: Path, command: str, costs: dict[str, float]) -> list[PointTask]:
+    """Tasks of the points not yet complete, the costliest first by `costs` (`point_costs`:
+    a point runs on one worker, so a long one handed out last would hold the sweep alone);
     stale temporaries of killed writers removed."""
     pending = []
     for point in spec.points:
@@ -374,7 +379,7 @@ def pending_tasks(spec: SweepSpec, out: Path, command: str) -> list[PointTask]:
         remove_stale_temporaries(path)
         if not is_complete(path, point):
             pending.append(point)
-    order = longest_first(point_work(pending, spec.traces))
+    order = longest_first([costs[p.point_id] for p in pending])
     return [make_task(out, pending[i], command) for i in order]
 
 
@@ -398,9 +403,9 @@ def run_sweep(
     write_json(
         out / MANIFEST, {"format": "simctl-sweep/1", "spec": str(spec.path), "points": len(spec.points)}
     )
-    tasks = pending_tasks(spec, out, command)
+    work = point_costs(spec)
+    tasks = pending_tasks(spec, out, command, work)
     failed: list[PointResult] = []
-    work = dict(zip((p.point_id for p in spec.points), point_work(spec.points, spec.traces), strict=True))
     total_work = sum(work.values())
     count = [len(spec.points) - len(tasks)]
     done_work = [total_work - sum(work[t["point_id"]] for t in tasks)]

@@ -34,6 +34,7 @@ from simctl.sweep_runner import (
     SweepError,
     is_complete,
     pending_tasks,
+    point_costs,
     point_dir,
     run_sweep,
     start_local_ray,
@@ -153,7 +154,7 @@ def test_points_are_handed_out_longest_first(tmp_path: Path) -> None:
         'clusters = ["a100x8:tp1"]\n[policies]\nverl = {}\nngram = { gamma = [4] }\n'
     )
     spec = load_spec(path)
-    tasks = pending_tasks(spec, tmp_path / "out", "simctl sweep")
+    tasks = pending_tasks(spec, tmp_path / "out", "simctl sweep", point_costs(spec))
     order = [(t["point"]["policy"], t["point"]["steps"], t["point"]["seed"]) for t in tasks]
     assert order == [
         ("ngram", "0:3", 0),
