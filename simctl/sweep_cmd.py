@@ -32,8 +32,8 @@ from simctl.sweep_table import sweep_tables, write_tables
 @contextmanager
 def _progress(total_hint: int) -> Iterator[Callable[[int, int, float, float], None]]:
     """A bar with ETA, on stderr when it is a terminal. It advances by the points' estimated
-    cost, not their count: the costliest go first, so a count would make the ETA run slow
-    early and fast at the end."""
+    cost, not their count (the costliest go first, so a count would make the ETA run slow
+    early and fast at the end), at every step a running point replays."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,

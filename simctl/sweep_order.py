@@ -84,18 +84,24 @@ def costliest_first(policy_specs: Sequence[str]) -> list[int]:
 def point_requests(points: Sequence[Any], traces: dict[str, Any]) -> list[int]:
     """Requests each point replays: its trace's rows in its steps (`traces`: label ->
     loaded trace, as the spec holds them; 1 for a trace not loaded)."""
+    return [sum(counts.values()) if counts else 1 for counts in point_step_requests(points, traces)]
+
+
+def point_step_requests(points: Sequence[Any], traces: dict[str, Any]) -> list[dict[int, int]]:
+    """Per point, the requests of each step it replays (trace step -> rows; empty for a
+    trace not loaded): a point's progress within its run counts its steps by them."""
     from simctl.traces.cli_options import parse_steps
 
     per_step: dict[str, dict[int, int]] = {}
-    out = []
+    out: list[dict[int, int]] = []
     for p in points:
         trace = traces.get(p.trace)
         if trace is None:
-            out.append(1)
+            out.append({})
             continue
         counts = per_step.get(p.trace)
         if counts is None:
             counts = per_step[p.trace] = {int(k): int(v) for k, v in trace.df["step"].value_counts().items()}
         steps = parse_steps(None if p.steps == "all" else p.steps, trace.steps)
-        out.append(sum(counts.get(s, 0) for s in steps))
+        out.append({s: counts.get(s, 0) for s in steps})
     return out

@@ -12,6 +12,12 @@ Ray: a local instance (`local_ray`) listens on 127.0.0.1 only, has no dashboard,
 `workers` CPUs and is shut down at the end; `--ray-address` joins an existing cluster
 instead (its workers must see the same paths). Without Ray, with `--no-ray` or with one
 worker, a `ProcessPoolExecutor` runs the same function.
+
+Progress moves step by step: a point of a long study runs for half an hour on one worker,
+and an ETA that moved only when whole points end would stand still that long. Each task
+reports every step it has replayed (point id, trace step) on a queue the driver owns (a
+pipe for the pool, a small Ray queue actor for Ray) and polls while it waits; a report
+only moves the bar, and one that cannot be sent changes nothing else.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
-from simctl.sweep_order import longest_first, point_work
+from simctl.sweep_order import longest_first, point_step_requests, point_work
 from simctl.sweep_spec import Point, SweepSpec
 from simctl.traces.atomic import remove_stale_temporaries
 from simctl.traces.outputs import OutputPathError, check_output_dir
@@ -78,6 +84,21 @@ class PointResult(TypedDict):
 
 # ------------------------------------------------------------------------- the task
 
+#: This worker process's step-report queue (the pool's initializer or a Ray task sets it).
+_STEPS: Any = None
+#: How often the driver looks at the step reports while points run.
+POLL_S = 0.5
+
+
+def _report_step(point_id: str, step: int) -> None:
+    """Tell the driver that a point replayed `step` (progress only: never fails a point)."""
+    queue = _STEPS
+    if queue is None:
+        return
+    with suppress(Exception):
+        queue.put((point_id, step))
+
+
 _TRACES: dict[tuple[str, float], Any] = {}  # per worker process: trace path -> loaded trace
 
 
@@ -102,6 +123,14 @@ def run_point(task: PointTask) -> PointResult:
     return {"point_id": task["point_id"], "error": None, "wall_s": time.perf_counter() - t0}
 
 
+def run_point_reporting(task: PointTask, steps: Any) -> PointResult:
+    """`run_point`, reporting its steps on `steps` (a Ray task: Ray reuses its worker
+    processes, so each task sets the queue it reports on, None included)."""
+    global _STEPS
+    _STEPS = steps
+    return run_point(task)
+
+
 def _run_point(task: PointTask) -> None:
     from simctl.replay_cmd import run_document
     from simctl.sim.cluster import parse_cluster
@@ -124,7 +153,8 @@ def _run_point(task: PointTask) -> None:
         seed=task["seed"],
         engine=EngineConfig(),
     )
-    run = run_policy(setup, task["policy_spec"])
+    point_id = task["point_id"]
+    run = run_policy(setup, task["policy_spec"], on_step=lambda _name, step: _report_step(point_id, step))
     doc = run_document(setup, {run.name: run}, Path(task["trace_path"]))
     doc["provenance"]["command"] = task["command"]
     full = cast(RunDoc, {**doc, POINT_KEY: task["point"], "sweep_cpu": {"sim_cpu_s": run.sim_cpu_s}})
@@ -162,6 +192,7 @@ def make_task(out: Path, point: Point, command: str) -> PointTask:
 
 Done = Callable[[PointResult], None]
 Progress = Callable[[int, int, float, float], None]
+StepDone = Callable[[str, int], None]
 
 
 def _die_with_parent() -> None:
@@ -174,17 +205,37 @@ def _die_with_parent() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
 
 
-def run_pool(tasks: Sequence[PointTask], workers: int, done: Done) -> None:
-    """Every task on a local process pool of `workers` processes."""
+def _pool_worker(steps: Any) -> None:
+    global _STEPS
+    _die_with_parent()
+    _STEPS = steps
+
+
+def run_pool(tasks: Sequence[PointTask], workers: int, done: Done, step_done: StepDone | None = None) -> None:
+    """Every task on a local process pool of `workers` processes; `step_done(point id,
+    step)` for each step a point replayed, before that point's `done`."""
+    ctx = get_context("spawn")
+    # A SimpleQueue writes each report to its pipe before `put` returns (a Queue hands it
+    # to a feeder thread), so a point's reports are readable before its result arrives.
+    steps = ctx.SimpleQueue()
     pool = ProcessPoolExecutor(
         max_workers=max(1, min(workers, len(tasks))),
-        mp_context=get_context("spawn"),
-        initializer=_die_with_parent,
+        mp_context=ctx,
+        initializer=_pool_worker,
+        initargs=(steps,),
     )
+
+    def drain() -> None:
+        while not steps.empty():
+            point_id, step = steps.get()
+            if step_done:
+                step_done(point_id, step)
+
     try:
         pending: set[Future[PointResult]] = {pool.submit(run_point, t) for t in tasks}
         while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            finished, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            drain()
             for fut in finished:
                 done(fut.result())
     except BaseException:
@@ -193,22 +244,49 @@ def run_pool(tasks: Sequence[PointTask], workers: int, done: Done) -> None:
     pool.shutdown(wait=True)
 
 
-def run_ray(tasks: Sequence[PointTask], workers: int | None, done: Done) -> None:
+def _ray_steps() -> Any:
+    """A queue actor for the tasks' step reports (no CPU of its own), or None when the
+    cluster will not start one: the sweep then moves by whole points."""
+    try:
+        from ray.util.queue import Queue
+
+        return Queue(actor_options={"num_cpus": 0})
+    except Exception:
+        return None
+
+
+def run_ray(
+    tasks: Sequence[PointTask], workers: int | None, done: Done, step_done: StepDone | None = None
+) -> None:
     """Every task on the Ray cluster this process is connected to, `workers` at a time
-    (None: as many as the cluster has CPUs)."""
+    (None: as many as the cluster has CPUs); `step_done` as in `run_pool`."""
     import ray
 
     if workers is None:
         workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
+    remote = ray.remote(num_cpus=1, max_retries=0)(run_point_reporting)
     queue = list(reversed(tasks))
     running: dict[Any, str] = {}
+    steps = _ray_steps() if step_done else None
+
+    def drain() -> None:
+        if steps is None or step_done is None:
+            return
+        try:  # (a task's `put` returns once the actor holds the report)
+            n = steps.qsize()
+            reports = steps.get_nowait_batch(n) if n else []
+        except Exception:
+            return
+        for point_id, step in reports:
+            step_done(point_id, step)
+
     try:
         while queue or running:
             while queue and len(running) < workers:
                 task = queue.pop()
-                running[remote.remote(task)] = task["point_id"]
-            ready, _ = ray.wait(list(running), num_returns=1)
+                running[remote.remote(task, steps)] = task["point_id"]
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
+            drain()
             for ref in ready:
                 pid = running.pop(ref)
                 try:
@@ -220,6 +298,10 @@ def run_ray(tasks: Sequence[PointTask], workers: int | None, done: Done) -> None
         for ref in running:
             ray.cancel(ref, force=True)
         raise
+    finally:
+        if steps is not None:
+            with suppress(Exception):
+                steps.shutdown()
 
 
 @contextmanager
@@ -393,8 +475,10 @@ def run_sweep(
     command: str = "simctl sweep",
 ) -> SweepResult:
     """Run every point not yet complete; SweepError naming the first failed point.
-    `progress(points done, points, work done, work)` after each point (and once before),
-    work being the points' estimated cost (simctl.sweep_order.point_work)."""
+    `progress(points done, points, work done, work)` after each point and each step a
+    running point replayed (and once before), work being the points' estimated cost
+    (simctl.sweep_order.point_work), of which a running point has done its replayed steps'
+    share by requests."""
     from simctl.traces.run_format import write_json
 
     out = Path(out)
@@ -409,14 +493,30 @@ def run_sweep(
     total_work = sum(work.values())
     count = [len(spec.points) - len(tasks)]
     done_work = [total_work - sum(work[t["point_id"]] for t in tasks)]
+    step_requests = dict(
+        zip((p.point_id for p in spec.points), point_step_requests(spec.points, spec.traces), strict=True)
+    )
+    partial: dict[str, float] = {}  # running point -> estimated work of its replayed steps
+    ended: set[str] = set()
+
+    def step_done(point_id: str, step: int) -> None:
+        counts = step_requests.get(point_id)
+        if point_id in ended or not counts or point_id not in work:
+            return
+        share = counts.get(step, 0) / max(1, sum(counts.values()))
+        partial[point_id] = min(work[point_id], partial.get(point_id, 0.0) + work[point_id] * share)
+        if progress:
+            progress(count[0], len(spec.points), done_work[0] + sum(partial.values()), total_work)
 
     def done(result: PointResult) -> None:
         count[0] += 1
+        ended.add(result["point_id"])
+        partial.pop(result["point_id"], None)
         done_work[0] += work[result["point_id"]]
         if result["error"]:
             failed.append(result)
         if progress:
-            progress(count[0], len(spec.points), done_work[0], total_work)
+            progress(count[0], len(spec.points), done_work[0] + sum(partial.values()), total_work)
 
     if progress:
         progress(count[0], len(spec.points), done_work[0], total_work)
@@ -424,9 +524,9 @@ def run_sweep(
     backend = "ray" if use_ray else "process pool"
     if tasks and use_ray:
         with local_ray(workers, ray_address):
-            run_ray(tasks, workers, done)
+            run_ray(tasks, workers, done, step_done if progress else None)
     elif tasks:
-        run_pool(tasks, workers or default_workers(), done)
+        run_pool(tasks, workers or default_workers(), done, step_done if progress else None)
     if failed:
         order = {p.point_id: i for i, p in enumerate(spec.points)}
         first = min(failed, key=lambda r: order[r["point_id"]])  # the spec's order, not the run's

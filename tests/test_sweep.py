@@ -7,7 +7,6 @@ efficientrollout sample on 8 A100s), so the module stays well under a minute on 
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
@@ -172,8 +171,9 @@ def test_points_are_handed_out_longest_first(tmp_path: Path) -> None:
 
 
 def test_progress_counts_points_and_estimated_work(tmp_path: Path) -> None:
-    """Progress reports points and their estimated cost: it starts from the complete ones
-    (a resumed sweep), each point adds its own estimate, and the last call is the whole."""
+    """Progress reports points and their estimated cost, step by step: a point's replayed
+    steps add their share of its estimate (by requests) before the point counts as done,
+    it starts from the complete points (a resumed sweep), and the last call is the whole."""
     path = tmp_path / "progress.toml"
     path.write_text(
         f'[sweep]\ntraces = ["{ROOT / SAMPLE}"]\nsteps = ["0:1", "0:2"]\n'
@@ -184,22 +184,48 @@ def test_progress_counts_points_and_estimated_work(tmp_path: Path) -> None:
     assert sorted(work) == pytest.approx([1024, 2048, 1024 * 2.6, 2048 * 2.6])  # requests x relative cost
     calls: list[tuple[int, int, float, float]] = []
     run_sweep(spec, tmp_path / "out", 1, False, progress=lambda *a: calls.append(a))
-    assert calls[0] == (0, 4, 0.0, pytest.approx(sum(work)))
-    assert calls[-1] == (4, 4, pytest.approx(sum(work)), pytest.approx(sum(work)))
-    steps = sorted(b[2] - a[2] for a, b in itertools.pairwise(calls))
-    assert steps == pytest.approx(sorted(work))
-    shutil.rmtree(tmp_path / "out" / POINTS / sorted(os.listdir(tmp_path / "out" / POINTS))[0])
+    total = sum(work)
+    assert all(c[1] == 4 and c[3] == pytest.approx(total) for c in calls)
+    # one worker, costliest first: n-gram 0:2, n-gram 0:1, verl 0:2, verl 0:1; each step of
+    # 1,024 requests is worth 1,024 x the policy's relative cost, and a point's end adds
+    # nothing its steps did not
+    ngram, verl = 1024 * 2.6, 1024.0
+    expected = [(0, 0.0)]
+    for cost, steps in ((ngram, 2), (ngram, 1), (verl, 2), (verl, 1)):
+        points, done = expected[-1]
+        expected += [(points, done + cost * (i + 1)) for i in range(steps)]
+        expected.append((points + 1, expected[-1][1]))
+    assert [c[0] for c in calls] == [e[0] for e in expected]
+    np.testing.assert_allclose([c[2] for c in calls], [e[1] for e in expected])
+    assert calls[-1][2] == pytest.approx(total)
+    first = sorted(os.listdir(tmp_path / "out" / POINTS))[0]
+    resumed = next(p for p in spec.points if p.point_id == first)
+    shutil.rmtree(tmp_path / "out" / POINTS / first)
     calls.clear()
     run_sweep(load_spec(path), tmp_path / "out", 1, False, progress=lambda *a: calls.append(a))
-    assert calls[0][0] == 3 and len(calls) == 2 and calls[-1][2] == pytest.approx(sum(work))
+    steps = 2 if resumed.steps == "0:2" else 1
+    assert calls[0][0] == 3 and len(calls) == 1 + steps + 1
+    assert [c[0] for c in calls] == [3] * (1 + steps) + [4]
+    assert calls[-1][2] == pytest.approx(total)
+    assert calls[0][2] == pytest.approx(total - work[spec.points.index(resumed)])
 
 
 def test_ray_and_pool_give_identical_tables(
     ray_cluster, spec_path: Path, pool_sweep, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     out = tmp_path_factory.mktemp("ray") / "sweep"
-    result = run_sweep(load_spec(spec_path), out, workers=2, use_ray=True)
+    calls: list[tuple[int, int, float, float]] = []
+    spec = load_spec(spec_path)
+    result = run_sweep(spec, out, workers=2, use_ray=True, progress=lambda *a: calls.append(a))
     assert (result.ran, result.backend) == (8, "ray")
+    # Ray tasks report their steps too (a queue actor): before each of the 8 points ends,
+    # its 2 steps, each worth half its estimate; the work done never falls
+    assert len(calls) == 1 + 8 * 2 + 8
+    # (the first point to end reported both its steps first; the other running point may
+    # have reported some of its own by then)
+    assert 1 + 2 <= [c[0] for c in calls].count(0) <= 1 + 2 + 2
+    done = [c[2] for c in calls]
+    assert done == sorted(done) and done[-1] == pytest.approx(calls[-1][3])
     assert ray.is_initialized()  # a Ray simctl did not start is left running
     table = _table(spec_path, out)
     pd.testing.assert_frame_equal(_without_times(table), _without_times(pool_sweep[1]))
