@@ -140,31 +140,57 @@ def trace_draft_methods(trace: Trace) -> frozenset[str]:
     return offered_methods(trace)
 
 
+@dataclass
+class ReplayState:
+    """Everything one step of a policy's replay hands the next: the policy object (what it
+    learned), the run so far, and the simulator's own carry-over. Resuming from it gives
+    the same run as not stopping (each step's simulation is seeded afresh from the setup),
+    which is what lets a long sweep point go on from its last checkpoint (simctl.
+    sweep_checkpoint) rather than from its first step."""
+
+    policy: Policy
+    run: PolicyRun
+    done: int = 0  # steps of the setup replayed so far
+    history: dict[int, PromptHistory] = field(default_factory=dict)
+    spot_gpu_s: list[float] = field(default_factory=list)  # per step: GPU-s training the drafter
+    carry: pd.DataFrame = field(default_factory=pd.DataFrame)  # deferred requests, tokens so far
+    lost: set[int] = field(default_factory=set)  # workers lost so far (lost for the rest)
+
+
 def run_policy(
     setup: ReplaySetup,
     policy_spec: str | Policy,
     on_step: Callable[[str, int], None] | None = None,
+    resume: ReplayState | None = None,
+    after_step: Callable[[ReplayState], None] | None = None,
 ) -> PolicyRun:
-    """One policy (a spec, traces/plugins.py, or a policy object) over the setup's steps."""
-    policy = make_policy(policy_spec) if isinstance(policy_spec, str) else policy_spec
+    """One policy (a spec, traces/plugins.py, or a policy object) over the setup's steps;
+    from `resume` (a state `after_step` was given) when set, for the steps it has not
+    replayed. `after_step(state)` follows every step, `on_step(policy name, step)` too."""
+    if resume is None:
+        policy = make_policy(policy_spec) if isinstance(policy_spec, str) else policy_spec
+    else:
+        policy = resume.policy
     gap = drafting_gap(policy, trace_draft_methods(setup.trace))
     if gap:
         raise SimError(f"{gap} ({ANNOTATE_HINT})")
-    run = PolicyRun(name=policy.name, params=policy.params())
-    if setup.steps:  # what an offline profile of the workload's drafters would measure
-        give_offline_profile(policy, trace_acceptance(setup.trace, min(setup.steps)))
-    history: dict[int, PromptHistory] = {}
-    spot_gpu_s: list[float] = []  # per finished step: GPU-seconds spent training the drafter
+    if resume is None:
+        state = ReplayState(policy, PolicyRun(name=policy.name, params=policy.params()))
+        if setup.steps:  # what an offline profile of the workload's drafters would measure
+            give_offline_profile(policy, trace_acceptance(setup.trace, min(setup.steps)))
+    else:
+        state = resume
+    run, history, spot_gpu_s, lost = state.run, state.history, state.spot_gpu_s, state.lost
     info = setup.info()
     tokens = TraceTokens(setup.trace) if setup.trace.has_tokens() else None
-    carry = pd.DataFrame()  # requests deferred by the previous step, with their tokens so far
-    lost: set[int] = set()  # workers lost so far (they stay lost for the rest of the run)
-    for step, frame in _step_frames(setup).items():
+    for index, (step, frame) in enumerate(_step_frames(setup).items()):
+        if index < state.done:
+            continue
         t0, c0 = time.perf_counter(), time.process_time()
-        frame, state = _with_carried(frame, carry, step)
-        _age_drafter(state, spot_gpu_s, setup.drafter_params)
+        frame, step_state = _with_carried(frame, state.carry, step)
+        _age_drafter(step_state, spot_gpu_s, setup.drafter_params)
         sim = _FirstTimesSimulation(
-            state,
+            step_state,
             policy,
             setup.cost,
             setup.layout(),
@@ -172,7 +198,7 @@ def run_policy(
             setup.seed,
             view_extras={"info": info, "history": history},
             acceptance=StepReplay(
-                state,
+                step_state,
                 setup.trace.df.index.get_indexer(frame.index),
                 tokens,
                 getattr(policy, "draft_rules", None),
@@ -197,9 +223,12 @@ def run_policy(
             pd.DataFrame(sim.roles, columns=ROLE_CHANGE_COLUMNS).assign(policy=run.name, step=step)
         )
         _extend_history(history, frame)
-        carry = _deferred(frame, state)
+        state.carry = _deferred(frame, step_state)
+        state.done = index + 1
         if on_step:
             on_step(run.name, step)
+        if after_step:
+            after_step(state)
     return run
 
 

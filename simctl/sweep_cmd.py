@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from simctl.sweep_checkpoint import CHECKPOINT_S
 from simctl.sweep_runner import (
     REPORT,
     TABLE,
@@ -91,6 +92,14 @@ def choose_backend(no_ray: bool, workers: int | None, ray_address: str | None) -
 )
 @click.option("--no-ray", is_flag=True, help="Run on a local process pool instead of Ray.")
 @click.option(
+    "--checkpoint-every",
+    "checkpoint_s",
+    type=click.FloatRange(min=0),
+    default=CHECKPOINT_S,
+    show_default=True,
+    help="Seconds between checkpoints of a running point, which a rerun goes on from (0: after every step).",
+)
+@click.option(
     "--plugin",
     "plugins",
     multiple=True,
@@ -103,6 +112,7 @@ def sweep_cmd(
     ray_address: str | None,
     workers: int | None,
     no_ray: bool,
+    checkpoint_s: float,
     plugins: tuple[str, ...],
 ) -> None:
     """Replay every point of the design space in SPEC.toml; resumable (rerun to go on)."""
@@ -113,7 +123,9 @@ def sweep_cmd(
         workers = default_workers()
     command = shlex.join(["simctl", *sys.argv[1:]])
     with _progress(len(spec.points)) as progress:
-        result: SweepResult = run_sweep(spec, out, workers, use_ray, ray_address, progress, command)
+        result: SweepResult = run_sweep(
+            spec, out, workers, use_ray, ray_address, progress, command, checkpoint_s
+        )
     click.echo(
         f"{result.total} points: {result.ran} run ({result.backend}), {result.skipped} already complete"
     )

@@ -5,19 +5,18 @@ string, steps, seed, output path) and runs `run_point` from this installed modul
 code from the spec ever travels. Each point writes its own run directory
 `DIR/points/<point-id>/` through `write_run_dir` (all or nothing); its run.json records
 the point (`Point.record()`), and a rerun skips every point whose directory already holds
-that record. The table and the report are then built from the run directories alone, so a
-resumed sweep gives the same table as an uninterrupted one.
+that record. A point still running keeps a checkpoint between its steps (simctl.
+sweep_checkpoint), from which a rerun goes on rather than from its first step. The table
+and the report are then built from the run directories alone, so a resumed sweep gives the
+same table as an uninterrupted one.
 
 Ray: a local instance (`local_ray`) listens on 127.0.0.1 only, has no dashboard, uses
 `workers` CPUs and is shut down at the end; `--ray-address` joins an existing cluster
 instead (its workers must see the same paths). Without Ray, with `--no-ray` or with one
 worker, a `ProcessPoolExecutor` runs the same function.
 
-Progress moves step by step: a point of a long study runs for half an hour on one worker,
-and an ETA that moved only when whole points end would stand still that long. Each task
-reports every step it has replayed (point id, trace step) on a queue the driver owns (a
-pipe for the pool, a small Ray queue actor for Ray) and polls while it waits; a report
-only moves the bar, and one that cannot be sent changes nothing else.
+Progress moves step by step: each task appends the steps it replayed to a file beside its
+run directory, which the driver reads while it waits (simctl.sweep_progress).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -37,7 +37,9 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
+from simctl.sweep_checkpoint import CHECKPOINT_S, checkpoint_dir
 from simctl.sweep_order import longest_first, point_step_requests, point_work
+from simctl.sweep_progress import StepWatch, step_file
 from simctl.sweep_spec import Point, SweepSpec
 from simctl.traces.atomic import remove_stale_temporaries
 from simctl.traces.outputs import OutputPathError, check_output_dir
@@ -74,6 +76,7 @@ class PointTask(TypedDict):
     seed: int
     out: str
     command: str
+    checkpoint_s: float | None  # seconds between the point's checkpoints (None: none)
 
 
 class PointResult(TypedDict):
@@ -84,20 +87,8 @@ class PointResult(TypedDict):
 
 # ------------------------------------------------------------------------- the task
 
-#: This worker process's step-report queue (the pool's initializer or a Ray task sets it).
-_STEPS: Any = None
-#: How often the driver looks at the step reports while points run.
+#: How often the driver reads the running points' progress while it waits for them.
 POLL_S = 0.5
-
-
-def _report_step(point_id: str, step: int) -> None:
-    """Tell the driver that a point replayed `step` (progress only: never fails a point)."""
-    queue = _STEPS
-    if queue is None:
-        return
-    with suppress(Exception):
-        queue.put((point_id, step))
-
 
 _TRACES: dict[tuple[str, float], Any] = {}  # per worker process: trace path -> loaded trace
 
@@ -123,21 +114,15 @@ def run_point(task: PointTask) -> PointResult:
     return {"point_id": task["point_id"], "error": None, "wall_s": time.perf_counter() - t0}
 
 
-def run_point_reporting(task: PointTask, steps: Any) -> PointResult:
-    """`run_point`, reporting its steps on `steps` (a Ray task: Ray reuses its worker
-    processes, so each task sets the queue it reports on, None included)."""
-    global _STEPS
-    _STEPS = steps
-    return run_point(task)
-
-
 def _run_point(task: PointTask) -> None:
     from simctl.replay_cmd import run_document
     from simctl.sim.cluster import parse_cluster
     from simctl.sim.cost_model import load_cost_model
     from simctl.sim.engine_config import EngineConfig
     from simctl.sim.models import get_model
-    from simctl.sim.replay import ReplaySetup, run_policy, run_tables
+    from simctl.sim.replay import ReplaySetup, ReplayState, run_policy, run_tables
+    from simctl.sweep_checkpoint import PointCheckpoint
+    from simctl.sweep_progress import StepLog
     from simctl.traces.cli_options import parse_steps
     from simctl.traces.run_format import write_run_dir
 
@@ -153,12 +138,38 @@ def _run_point(task: PointTask) -> None:
         seed=task["seed"],
         engine=EngineConfig(),
     )
-    point_id = task["point_id"]
-    run = run_policy(setup, task["policy_spec"], on_step=lambda _name, step: _report_step(point_id, step))
+    every = task.get("checkpoint_s")
+    checkpoint = PointCheckpoint(Path(task["out"]), task["point"], every) if every is not None else None
+    resume = checkpoint.load() if checkpoint else None
+    restored = resume.done if resume else 0  # (the run goes on in `resume`, counting up)
+    steps = sorted(setup.steps)
+    log = StepLog(Path(task["out"]))
+    try:
+        for step in steps[:restored]:  # (the progress of the steps restored)
+            log.step(step)
+
+        def after_step(state: ReplayState) -> None:
+            if checkpoint and state.done < len(steps):  # (the last step's end is the run directory)
+                checkpoint.save(state)
+
+        run = run_policy(
+            setup,
+            task["policy_spec"],
+            on_step=lambda _name, step: log.step(step),
+            resume=resume,
+            after_step=after_step,
+        )
+    finally:
+        log.close()
     doc = run_document(setup, {run.name: run}, Path(task["trace_path"]))
     doc["provenance"]["command"] = task["command"]
-    full = cast(RunDoc, {**doc, POINT_KEY: task["point"], "sweep_cpu": {"sim_cpu_s": run.sim_cpu_s}})
+    cpu: dict[str, float | int] = {"sim_cpu_s": run.sim_cpu_s}
+    if restored:
+        cpu["resumed_after_steps"] = restored
+    full = cast(RunDoc, {**doc, POINT_KEY: task["point"], "sweep_cpu": cpu})
     write_run_dir(Path(task["out"]), full, run_tables({run.name: run}))
+    if checkpoint:
+        checkpoint.discard()
 
 
 def point_dir(out: Path, point: Point) -> Path:
@@ -174,7 +185,9 @@ def is_complete(path: Path, point: Point) -> bool:
     return isinstance(doc, dict) and doc.get(POINT_KEY) == json.loads(json.dumps(point.record()))
 
 
-def make_task(out: Path, point: Point, command: str) -> PointTask:
+def make_task(out: Path, point: Point, command: str, checkpoint_s: float | None = None) -> PointTask:
+    """A point's task; a plug-in's point keeps no checkpoint (its code is the user's, and
+    may change between a kill and the rerun: simctl.sweep_checkpoint)."""
     return {
         "point_id": point.point_id,
         "point": json.loads(json.dumps(point.record())),
@@ -185,6 +198,7 @@ def make_task(out: Path, point: Point, command: str) -> PointTask:
         "seed": point.seed,
         "out": str(point_dir(out, point).resolve()),
         "command": command,
+        "checkpoint_s": None if point.task_spec else checkpoint_s,
     }
 
 
@@ -192,7 +206,6 @@ def make_task(out: Path, point: Point, command: str) -> PointTask:
 
 Done = Callable[[PointResult], None]
 Progress = Callable[[int, int, float, float], None]
-StepDone = Callable[[str, int], None]
 
 
 def _die_with_parent() -> None:
@@ -205,37 +218,17 @@ def _die_with_parent() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
 
 
-def _pool_worker(steps: Any) -> None:
-    global _STEPS
-    _die_with_parent()
-    _STEPS = steps
-
-
-def run_pool(tasks: Sequence[PointTask], workers: int, done: Done, step_done: StepDone | None = None) -> None:
-    """Every task on a local process pool of `workers` processes; `step_done(point id,
-    step)` for each step a point replayed, before that point's `done`."""
-    ctx = get_context("spawn")
-    # A SimpleQueue writes each report to its pipe before `put` returns (a Queue hands it
-    # to a feeder thread), so a point's reports are readable before its result arrives.
-    steps = ctx.SimpleQueue()
+def run_pool(tasks: Sequence[PointTask], workers: int, done: Done) -> None:
+    """Every task on a local process pool of `workers` processes."""
     pool = ProcessPoolExecutor(
         max_workers=max(1, min(workers, len(tasks))),
-        mp_context=ctx,
-        initializer=_pool_worker,
-        initargs=(steps,),
+        mp_context=get_context("spawn"),
+        initializer=_die_with_parent,
     )
-
-    def drain() -> None:
-        while not steps.empty():
-            point_id, step = steps.get()
-            if step_done:
-                step_done(point_id, step)
-
     try:
         pending: set[Future[PointResult]] = {pool.submit(run_point, t) for t in tasks}
         while pending:
-            finished, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
-            drain()
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
                 done(fut.result())
     except BaseException:
@@ -244,49 +237,22 @@ def run_pool(tasks: Sequence[PointTask], workers: int, done: Done, step_done: St
     pool.shutdown(wait=True)
 
 
-def _ray_steps() -> Any:
-    """A queue actor for the tasks' step reports (no CPU of its own), or None when the
-    cluster will not start one: the sweep then moves by whole points."""
-    try:
-        from ray.util.queue import Queue
-
-        return Queue(actor_options={"num_cpus": 0})
-    except Exception:
-        return None
-
-
-def run_ray(
-    tasks: Sequence[PointTask], workers: int | None, done: Done, step_done: StepDone | None = None
-) -> None:
+def run_ray(tasks: Sequence[PointTask], workers: int | None, done: Done) -> None:
     """Every task on the Ray cluster this process is connected to, `workers` at a time
-    (None: as many as the cluster has CPUs); `step_done` as in `run_pool`."""
+    (None: as many as the cluster has CPUs)."""
     import ray
 
     if workers is None:
         workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    remote = ray.remote(num_cpus=1, max_retries=0)(run_point_reporting)
+    remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
     queue = list(reversed(tasks))
     running: dict[Any, str] = {}
-    steps = _ray_steps() if step_done else None
-
-    def drain() -> None:
-        if steps is None or step_done is None:
-            return
-        try:  # (a task's `put` returns once the actor holds the report)
-            n = steps.qsize()
-            reports = steps.get_nowait_batch(n) if n else []
-        except Exception:
-            return
-        for point_id, step in reports:
-            step_done(point_id, step)
-
     try:
         while queue or running:
             while queue and len(running) < workers:
                 task = queue.pop()
-                running[remote.remote(task, steps)] = task["point_id"]
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
-            drain()
+                running[remote.remote(task)] = task["point_id"]
+            ready, _ = ray.wait(list(running), num_returns=1)
             for ref in ready:
                 pid = running.pop(ref)
                 try:
@@ -298,10 +264,6 @@ def run_ray(
         for ref in running:
             ray.cancel(ref, force=True)
         raise
-    finally:
-        if steps is not None:
-            with suppress(Exception):
-                steps.shutdown()
 
 
 @contextmanager
@@ -451,18 +413,28 @@ def point_costs(spec: SweepSpec) -> dict[str, float]:
     return dict(zip((p.point_id for p in spec.points), point_work(spec.points, spec.traces), strict=True))
 
 
-def pending_tasks(spec: SweepSpec, out: Path, command: str, costs: dict[str, float]) -> list[PointTask]:
+def pending_tasks(
+    spec: SweepSpec,
+    out: Path,
+    command: str,
+    costs: dict[str, float],
+    checkpoint_s: float | None = CHECKPOINT_S,
+) -> list[PointTask]:
     """Tasks of the points not yet complete, the costliest first by `costs` (`point_costs`:
     a point runs on one worker, so a long one handed out last would hold the sweep alone);
-    stale temporaries of killed writers removed."""
+    stale temporaries of killed writers removed, and the checkpoints of complete points
+    (a kill between writing the run directory and removing its checkpoint)."""
     pending = []
     for point in spec.points:
         path = point_dir(out, point)
         remove_stale_temporaries(path)
         if not is_complete(path, point):
             pending.append(point)
+        elif checkpoint_dir(path).exists():
+            shutil.rmtree(checkpoint_dir(path), ignore_errors=True)
+        step_file(path).unlink(missing_ok=True)  # (a killed run's: its task starts a new one)
     order = longest_first([costs[p.point_id] for p in pending])
-    return [make_task(out, pending[i], command) for i in order]
+    return [make_task(out, pending[i], command, checkpoint_s) for i in order]
 
 
 def run_sweep(
@@ -473,12 +445,14 @@ def run_sweep(
     ray_address: str | None = None,
     progress: Progress | None = None,
     command: str = "simctl sweep",
+    checkpoint_s: float | None = CHECKPOINT_S,
 ) -> SweepResult:
     """Run every point not yet complete; SweepError naming the first failed point.
     `progress(points done, points, work done, work)` after each point and each step a
     running point replayed (and once before), work being the points' estimated cost
     (simctl.sweep_order.point_work), of which a running point has done its replayed steps'
-    share by requests."""
+    share by requests. A running point checkpoints every `checkpoint_s` seconds (None:
+    never), and a rerun goes on from its checkpoint."""
     from simctl.traces.run_format import write_json
 
     out = Path(out)
@@ -488,7 +462,7 @@ def run_sweep(
         out / MANIFEST, {"format": "simctl-sweep/1", "spec": str(spec.path), "points": len(spec.points)}
     )
     work = point_costs(spec)
-    tasks = pending_tasks(spec, out, command, work)
+    tasks = pending_tasks(spec, out, command, work, checkpoint_s)
     failed: list[PointResult] = []
     total_work = sum(work.values())
     count = [len(spec.points) - len(tasks)]
@@ -498,6 +472,7 @@ def run_sweep(
     )
     partial: dict[str, float] = {}  # running point -> estimated work of its replayed steps
     ended: set[str] = set()
+    watch = StepWatch({t["point_id"]: Path(t["out"]) for t in tasks})
 
     def step_done(point_id: str, step: int) -> None:
         counts = step_requests.get(point_id)
@@ -508,25 +483,52 @@ def run_sweep(
         if progress:
             progress(count[0], len(spec.points), done_work[0] + sum(partial.values()), total_work)
 
+    lock = threading.Lock()  # (the watcher thread reports steps, the executor points)
+
+    def read_steps(point_ids: list[str] | None = None) -> None:
+        for point_id, step in watch.new_steps(point_ids):
+            step_done(point_id, step)
+
     def done(result: PointResult) -> None:
-        count[0] += 1
-        ended.add(result["point_id"])
-        partial.pop(result["point_id"], None)
-        done_work[0] += work[result["point_id"]]
-        if result["error"]:
-            failed.append(result)
-        if progress:
-            progress(count[0], len(spec.points), done_work[0] + sum(partial.values()), total_work)
+        with lock:
+            read_steps([result["point_id"]])  # its last lines
+            watch.forget(result["point_id"])
+            count[0] += 1
+            ended.add(result["point_id"])
+            partial.pop(result["point_id"], None)
+            done_work[0] += work[result["point_id"]]
+            if result["error"]:
+                failed.append(result)
+            if progress:
+                progress(count[0], len(spec.points), done_work[0] + sum(partial.values()), total_work)
 
     if progress:
         progress(count[0], len(spec.points), done_work[0], total_work)
     t0 = time.perf_counter()
     backend = "ray" if use_ray else "process pool"
-    if tasks and use_ray:
-        with local_ray(workers, ray_address):
-            run_ray(tasks, workers, done, step_done if progress else None)
-    elif tasks:
-        run_pool(tasks, workers or default_workers(), done, step_done if progress else None)
+    # The steps are read on a thread of their own: the executors wait for points in one
+    # blocking call (a Ray driver polling in a loop was SIGTERMed inside Ray's calls more
+    # often, and then left Ray's agents behind).
+    stop = threading.Event()
+
+    def watch_steps() -> None:
+        while not stop.wait(POLL_S):
+            with lock:
+                read_steps()
+
+    watcher = threading.Thread(target=watch_steps, name="simctl-sweep-steps", daemon=True)
+    if tasks and progress:
+        watcher.start()
+    try:
+        if tasks and use_ray:
+            with local_ray(workers, ray_address):
+                run_ray(tasks, workers, done)
+        elif tasks:
+            run_pool(tasks, workers or default_workers(), done)
+    finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join()
     if failed:
         order = {p.point_id: i for i, p in enumerate(spec.points)}
         first = min(failed, key=lambda r: order[r["point_id"]])  # the spec's order, not the run's
