@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -282,15 +283,20 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
         finally:
             ray.shutdown()
         return
+    guard = _start_guard()  # (before `before`: it is not one of Ray's)
     before = {proc.pid for proc in _descendants()}
     # The local instance's processes, listed while it starts and runs (the raylet starts its
-    # agents after ray.init returns, and a SIGTERM can orphan them before `finally` runs).
+    # agents after ray.init returns, and a SIGTERM can orphan them before `finally` runs),
+    # and told to the guard, which stops them if this process dies before it can.
     started: dict[int, Any] = {}
     stop = threading.Event()
 
     def note_started() -> None:
         with suppress(Exception):  # a process gone mid-listing must not end the watch
-            started.update((proc.pid, proc) for proc in _descendants() if proc.pid not in before)
+            for proc in _descendants():
+                if proc.pid not in before and proc.pid not in started:
+                    started[proc.pid] = proc
+                    _tell_guard(guard, proc)
 
     def watch() -> None:
         while True:
@@ -318,6 +324,36 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
         finally:
             note_started()  # anything the raylet started during the shutdown
             _reap(list(started.values()))
+            _end_guard(guard)
+
+
+def _start_guard() -> subprocess.Popen[str] | None:
+    """simctl.ray_guard, reading the Ray processes to stop should this process die first
+    (None without psutil, which it needs)."""
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        return None
+    with suppress(OSError):
+        return subprocess.Popen([sys.executable, "-m", "simctl.ray_guard"], stdin=subprocess.PIPE, text=True)
+    return None
+
+
+def _tell_guard(guard: subprocess.Popen[str] | None, proc: Any) -> None:
+    if guard is not None and guard.stdin is not None:
+        with suppress(Exception):
+            guard.stdin.write(f"{proc.pid} {proc.create_time()!r}\n")
+            guard.stdin.flush()
+
+
+def _end_guard(guard: subprocess.Popen[str] | None) -> None:
+    """The sweep cleaned up itself: the guard's pass finds nothing left, and it exits."""
+    if guard is None:
+        return
+    with suppress(Exception):
+        if guard.stdin is not None:
+            guard.stdin.close()
+        guard.wait(timeout=15)
 
 
 def _descendants() -> list[Any]:

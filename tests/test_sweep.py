@@ -277,10 +277,10 @@ def _children(pid: int) -> list[psutil.Process]:
         return []
 
 
-@pytest.mark.parametrize("how", ["sigkill-pool", "sigterm-ray"])
+@pytest.mark.parametrize("how", ["sigkill-pool", "sigterm-ray", "sigkill-ray"])
 def test_killed_sweep_resumes(how: str, spec_path: Path, pool_sweep, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    args = ["--no-ray", "--workers", "1"] if how == "sigkill-pool" else ["--workers", "2"]
+    args = ["--no-ray", "--workers", "1"] if how.endswith("pool") else ["--workers", "2"]
     cmd = [sys.executable, "-m", "simctl", "sweep", str(spec_path), "--out", str(out), *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     children: list[psutil.Process] = []
@@ -289,7 +289,9 @@ def test_killed_sweep_resumes(how: str, spec_path: Path, pool_sweep, tmp_path: P
         children = _children(proc.pid) or children
         time.sleep(0.02)
     children = _children(proc.pid) or children
-    proc.send_signal(signal.SIGKILL if how == "sigkill-pool" else signal.SIGTERM)
+    # (a SIGKILLed driver cleans nothing up: its Ray's processes are stopped by
+    # simctl.ray_guard, which also covers a driver that Ray aborts after a SIGTERM)
+    proc.send_signal(signal.SIGKILL if how.startswith("sigkill") else signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert not _gone(children), f"workers outlived the killed sweep; its stderr ends: {err.decode()[-1500:]}"
     done_before = _complete(spec_path, out)
