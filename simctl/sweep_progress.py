@@ -15,10 +15,11 @@ or read changes nothing else, and the files go once their points are complete.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import suppress
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 SUFFIX = ".steps"
 
@@ -83,3 +84,84 @@ class StepWatch:
         if path is not None:
             with suppress(OSError):
                 path.unlink()
+
+
+class SweepTally:
+    """What a running sweep has done, for its progress bar: points, and their estimated
+    work (`work`: point id -> cost, simctl.sweep_order.point_work), of which a running
+    point has done its replayed steps' share by requests (`step_requests`: point id ->
+    step -> requests). `running`: the run directories of the points to run, whose step
+    files it reads. `progress(points done, points, work done, work)` after each point and
+    each step read (and once at the start)."""
+
+    def __init__(
+        self,
+        work: Mapping[str, float],
+        step_requests: Mapping[str, Mapping[int, int]],
+        running: Mapping[str, Path],
+        progress: Callable[[int, int, float, float], None] | None,
+    ) -> None:
+        self.work, self.step_requests, self.progress = work, step_requests, progress
+        self.total = sum(work.values())
+        self.points = len(work) - len(running)  # complete already
+        self.work_done = self.total - sum(work[p] for p in running)
+        self.partial: dict[str, float] = {}  # running point -> work of its replayed steps
+        self.failed: list[Mapping[str, Any]] = []
+        self._ended: set[str] = set()
+        self._watch = StepWatch(dict(running))
+        self._lock = threading.Lock()  # (a watcher thread reads steps, the executor ends points)
+        self._report()
+
+    def _report(self) -> None:
+        if self.progress:
+            self.progress(
+                self.points, len(self.work), self.work_done + sum(self.partial.values()), self.total
+            )
+
+    def _read_steps(self, point_ids: Iterable[str] | None = None) -> None:
+        for point_id, step in self._watch.new_steps(point_ids):
+            counts = self.step_requests.get(point_id)
+            if point_id in self._ended or not counts or point_id not in self.work:
+                continue
+            cost = self.work[point_id]
+            share = counts.get(step, 0) / max(1, sum(counts.values()))
+            self.partial[point_id] = min(cost, self.partial.get(point_id, 0.0) + cost * share)
+            self._report()
+
+    def done(self, result: Mapping[str, Any]) -> None:
+        """A point ended (`result`: its point_id, and its error or None): its last steps
+        are read first (it wrote them before returning), and its step file removed."""
+        point_id = result["point_id"]
+        with self._lock:
+            self._read_steps([point_id])
+            self._watch.forget(point_id)
+            self._ended.add(point_id)
+            self.partial.pop(point_id, None)
+            self.points += 1
+            self.work_done += self.work[point_id]
+            if result["error"]:
+                self.failed.append(result)
+            self._report()
+
+    @contextmanager
+    def watching(self, every_s: float | None) -> Iterator[None]:
+        """Read the running points' steps every `every_s` seconds (None: never) on a
+        thread of its own while the block runs: the executors wait for points in one
+        blocking call (a Ray driver that polled in a loop was SIGTERMed inside Ray's calls
+        more often, and more often aborted by Ray: simctl.ray_guard)."""
+        stop = threading.Event()
+
+        def watch() -> None:
+            while every_s is not None and not stop.wait(every_s):
+                with self._lock:
+                    self._read_steps()
+
+        thread = threading.Thread(target=watch, name="simctl-sweep-steps", daemon=True)
+        if every_s is not None:
+            thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread.is_alive():
+                thread.join()

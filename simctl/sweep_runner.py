@@ -40,7 +40,7 @@ from typing import Any, TypedDict, cast
 
 from simctl.sweep_checkpoint import CHECKPOINT_S, checkpoint_dir
 from simctl.sweep_order import longest_first, point_step_requests, point_work
-from simctl.sweep_progress import StepWatch, step_file
+from simctl.sweep_progress import SweepTally, step_file
 from simctl.sweep_spec import Point, SweepSpec
 from simctl.traces.atomic import remove_stale_temporaries
 from simctl.traces.outputs import OutputPathError, check_output_dir
@@ -499,72 +499,21 @@ def run_sweep(
     )
     work = point_costs(spec)
     tasks = pending_tasks(spec, out, command, work, checkpoint_s)
-    failed: list[PointResult] = []
-    total_work = sum(work.values())
-    count = [len(spec.points) - len(tasks)]
-    done_work = [total_work - sum(work[t["point_id"]] for t in tasks)]
-    step_requests = dict(
-        zip((p.point_id for p in spec.points), point_step_requests(spec.points, spec.traces), strict=True)
+    tally = SweepTally(
+        work,
+        dict(zip(work, point_step_requests(spec.points, spec.traces), strict=True)),
+        {t["point_id"]: Path(t["out"]) for t in tasks},
+        progress,
     )
-    partial: dict[str, float] = {}  # running point -> estimated work of its replayed steps
-    ended: set[str] = set()
-    watch = StepWatch({t["point_id"]: Path(t["out"]) for t in tasks})
-
-    def step_done(point_id: str, step: int) -> None:
-        counts = step_requests.get(point_id)
-        if point_id in ended or not counts or point_id not in work:
-            return
-        share = counts.get(step, 0) / max(1, sum(counts.values()))
-        partial[point_id] = min(work[point_id], partial.get(point_id, 0.0) + work[point_id] * share)
-        if progress:
-            progress(count[0], len(spec.points), done_work[0] + sum(partial.values()), total_work)
-
-    lock = threading.Lock()  # (the watcher thread reports steps, the executor points)
-
-    def read_steps(point_ids: list[str] | None = None) -> None:
-        for point_id, step in watch.new_steps(point_ids):
-            step_done(point_id, step)
-
-    def done(result: PointResult) -> None:
-        with lock:
-            read_steps([result["point_id"]])  # its last lines
-            watch.forget(result["point_id"])
-            count[0] += 1
-            ended.add(result["point_id"])
-            partial.pop(result["point_id"], None)
-            done_work[0] += work[result["point_id"]]
-            if result["error"]:
-                failed.append(result)
-            if progress:
-                progress(count[0], len(spec.points), done_work[0] + sum(partial.values()), total_work)
-
-    if progress:
-        progress(count[0], len(spec.points), done_work[0], total_work)
     t0 = time.perf_counter()
     backend = "ray" if use_ray else "process pool"
-    # The steps are read on a thread of their own: the executors wait for points in one
-    # blocking call (a Ray driver polling in a loop was SIGTERMed inside Ray's calls more
-    # often, and then left Ray's agents behind).
-    stop = threading.Event()
-
-    def watch_steps() -> None:
-        while not stop.wait(POLL_S):
-            with lock:
-                read_steps()
-
-    watcher = threading.Thread(target=watch_steps, name="simctl-sweep-steps", daemon=True)
-    if tasks and progress:
-        watcher.start()
-    try:
+    with tally.watching(POLL_S if tasks and progress else None):
         if tasks and use_ray:
             with local_ray(workers, ray_address):
-                run_ray(tasks, workers, done)
+                run_ray(tasks, workers, tally.done)
         elif tasks:
-            run_pool(tasks, workers or default_workers(), done)
-    finally:
-        stop.set()
-        if watcher.is_alive():
-            watcher.join()
+            run_pool(tasks, workers or default_workers(), tally.done)
+    failed = [cast(PointResult, r) for r in tally.failed]
     if failed:
         order = {p.point_id: i for i, p in enumerate(spec.points)}
         first = min(failed, key=lambda r: order[r["point_id"]])  # the spec's order, not the run's
