@@ -22,6 +22,7 @@ from __future__ import annotations
 import signal
 import sys
 from contextlib import suppress
+from typing import Any
 
 GRACE_S = 5.0
 
@@ -42,10 +43,17 @@ def main() -> None:
             proc = psutil.Process(pid)
             if abs(proc.create_time() - created) < 1e-3:
                 procs.append(proc)
+    stop(procs)
+
+
+def stop(procs: list[Any], grace_s: float = GRACE_S) -> None:
+    """SIGTERM `procs` (psutil processes), then SIGKILL those still running after `grace_s`."""
+    import psutil
+
     for proc in procs:
         with suppress(psutil.Error):
             proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=GRACE_S)
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for proc in alive:
         with suppress(psutil.Error):
             proc.kill()

@@ -374,14 +374,10 @@ def _reap(procs: list[Any], grace_s: float = 5.0) -> None:
         return
     import psutil
 
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for proc in alive:
-        with suppress(psutil.NoSuchProcess):
-            proc.terminate()
-    _, alive = psutil.wait_procs(alive, timeout=grace_s)
-    for proc in alive:
-        with suppress(psutil.NoSuchProcess):
-            proc.kill()
+    from simctl.ray_guard import stop
+
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)  # (most end with the raylet)
+    stop(alive, grace_s)
 
 
 def start_local_ray(num_cpus: int | None) -> None:
