@@ -38,7 +38,7 @@ from simctl.live.profile_rows import (
     DEFAULT_GAMMAS,
     Sweep,
 )
-from simctl.traces.cli_options import seed_option
+from simctl.traces.cli_options import NumberRange, seed_option
 from simctl.traces.outputs import check_output_file
 
 
@@ -77,9 +77,7 @@ def _ints(text: str | None, default: Sequence[int]) -> tuple[int, ...]:
     help="Drafters to time (ngram, suffix, w4-self; empty for none).",
 )
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option(
-    "--kv-budget-gib", type=click.FloatRange(min=0.01), help="KV budget per worker (CPU default 4)."
-)
+@click.option("--kv-budget-gib", type=NumberRange(min=0.01), help="KV budget per worker (CPU default 4).")
 @click.option(
     "--threads",
     type=click.IntRange(min=1),

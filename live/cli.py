@@ -22,6 +22,7 @@ import click
 from simctl.live.live_options import EngineOptions, LiveOptions
 from simctl.policies.registry import UnknownPolicyError
 from simctl.traces.cli_options import (
+    NumberRange,
     chrome_trace_option,
     fail_worker_option,
     json_option,
@@ -96,7 +97,7 @@ def _progress() -> Progress:
 )
 @click.option(
     "--trace-scale",
-    type=click.FloatRange(min=0.0, min_open=True),
+    type=NumberRange(min=0.0, min_open=True),
     default=1.0,
     show_default=True,
     help="Multiply the trace's prompt and response lengths by F (at least 1 token each), "
@@ -112,12 +113,12 @@ def _progress() -> Progress:
 @click.option("--prompts-per-step", type=click.IntRange(min=1), help="Prompts per step (default: all).")
 @click.option("--group-size", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0.0), default=1.0, show_default=True)
+@click.option("--temperature", type=NumberRange(min=0.0), default=1.0, show_default=True)
 @seed_option()
 @max_num_seqs_option("Batch limit per worker.")
 @click.option(
     "--kv-budget-gib",
-    type=click.FloatRange(min=0.01),
+    type=NumberRange(min=0.01),
     default=None,
     help="KV memory per worker (sets kv_capacity_tokens; default 4 GiB).",
 )

@@ -28,6 +28,7 @@ from simctl.sweep_runner import (
 )
 from simctl.sweep_spec import load_spec
 from simctl.sweep_table import sweep_tables, write_tables
+from simctl.traces.cli_options import NumberRange
 
 
 @contextmanager
@@ -94,7 +95,7 @@ def choose_backend(no_ray: bool, workers: int | None, ray_address: str | None) -
 @click.option(
     "--checkpoint-every",
     "checkpoint_s",
-    type=click.FloatRange(min=0),
+    type=NumberRange(min=0),
     default=CHECKPOINT_S,
     show_default=True,
     help="Seconds between checkpoints of a running point, which a rerun goes on from (0: after every step).",

@@ -64,3 +64,21 @@ def test_one_message_forms() -> None:
     assert one_message(RecursionError()) == "input nested too deeply"
     assert one_message(ValueError("")) == "ValueError"
     assert one_message(ValueError("a\nb\nc")) == "a\nb\nc"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sweep", "spec.toml", "--out", "o", "--checkpoint-every", "nan"],
+        ["live", "--temperature", "nan"],
+        ["live", "--trace-scale", "NaN"],
+        ["trace", "import", "verl", "dump", "--output", "t.parquet", "--temperature", "nan"],
+        ["trace", "gen", "--preset", "dapo-32b-20k", "--scale", "nan"],
+    ],
+)
+def test_nan_is_refused_where_a_number_is_asked(args: list[str]) -> None:
+    """A real-valued option refuses nan before anything runs (click's FloatRange lets it
+    through: nan compares false with both bounds)."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert "is not a number" in result.output and "nan" in result.output.lower()

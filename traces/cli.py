@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from simctl.traces.cli_options import NumberRange
 from simctl.traces.importers.cli import import_cmd
 from simctl.traces.io import TraceError
 from simctl.traces.outputs import check_output_file
@@ -27,7 +28,7 @@ def trace_group() -> None:
 )
 @click.option(
     "--scale",
-    type=click.FloatRange(min=0.0, min_open=True, max=1.0),
+    type=NumberRange(min=0.0, min_open=True, max=1.0),
     default=1.0,
     show_default=True,
     help="Fraction of the preset's prompts per step, for quick runs.",

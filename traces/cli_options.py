@@ -13,6 +13,19 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class NumberRange(click.FloatRange):
+    """`click.FloatRange` that also refuses nan (which compares false with both bounds, so
+    FloatRange lets it through): `--trace-scale nan` would scale every length to nothing."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number != number:  # nan
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
+
+
 def policy_option(help_text: str) -> Callable[[F], F]:
     """`--policy NAME[:key=value,...]`, repeatable, default verl."""
     return click.option(

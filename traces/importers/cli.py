@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from simctl.traces.cli_options import NumberRange
 from simctl.traces.importers.common import DumpError, ImportOptions
 from simctl.traces.io import write_trace
 from simctl.traces.outputs import check_output_file
@@ -64,7 +65,7 @@ def _model(name: str) -> str:
 )
 @click.option("--steps-per-epoch", type=click.IntRange(min=1), help="Steps per pass over the prompts.")
 @click.option(
-    "--temperature", type=click.FloatRange(min=0.0), help="Sampling temperature (default: the dump's, or 1)."
+    "--temperature", type=NumberRange(min=0.0), help="Sampling temperature (default: the dump's, or 1)."
 )
 @click.option("--hardware", default="unknown", show_default=True, help="GPU the rollout ran on.")
 @click.option("--column", "columns", multiple=True, help="table: NAME=SOURCE reads column NAME from SOURCE.")
