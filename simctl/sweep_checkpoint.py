@@ -30,9 +30,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import pickle
 import shutil
 import time
+from contextlib import suppress
 from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,10 +91,16 @@ class PointCheckpoint:
 
     # ------------------------------------------------------------------------ saving
     def save(self, state: ReplayState) -> None:
-        """Checkpoint `state` if `every_s` has passed since the last one."""
+        """Checkpoint `state` if `every_s` has passed since the last one. A checkpoint that
+        cannot be written (a full disk, a state that does not pickle) only ends this
+        point's checkpoints: the point itself goes on."""
         if time.monotonic() - self._last < self.every_s:
             return
-        self.write(state)
+        try:
+            self.write(state)
+        except Exception:
+            self.every_s = math.inf
+            self.discard()
         self._last = time.monotonic()
 
     def write(self, state: ReplayState) -> None:
@@ -113,7 +121,7 @@ class PointCheckpoint:
         checkpoint discarded) when there is none this run may use."""
         path = self.folder / STATE
         remove_stale_temporaries(path)
-        if not path.is_file():
+        if self.folder.is_symlink() or not path.is_file():  # (never read through a link)
             if self.folder.exists():
                 self.discard()
             return None
@@ -147,7 +155,13 @@ class PointCheckpoint:
         return state
 
     def discard(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Remove the checkpoint (whatever sits at its path: a file or a link there is not
+        ours to write through)."""
+        if self.folder.is_symlink() or self.folder.is_file():
+            with suppress(OSError):
+                self.folder.unlink()
+        else:
+            shutil.rmtree(self.folder, ignore_errors=True)
         self._written = 0
 
 

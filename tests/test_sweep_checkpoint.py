@@ -134,6 +134,27 @@ def test_unusable_checkpoints_are_discarded(spoil: str, tmp_path: Path) -> None:
     assert not folder.exists()
 
 
+def test_a_checkpoint_that_cannot_be_written_does_not_stop_the_point(tmp_path: Path) -> None:
+    """Something else where the checkpoint goes (a file, a link): the point runs to the same
+    result without checkpoints, and a later load discards what sits there."""
+    setup = _setup(*TRACES[0], [0, 1, 2])
+    folder = checkpoint_dir(tmp_path / "p")
+    folder.write_text("not a checkpoint")
+    blocked = PointCheckpoint(tmp_path / "p", {"policy": "ngram"}, every_s=0.0)
+    run = run_policy(setup, "ngram", after_step=blocked.save)
+    assert blocked.every_s == float("inf")  # no more tries for this point
+    assert _outputs(run)[0] == _outputs(run_policy(setup, "ngram"))[0]
+    elsewhere = tmp_path / "elsewhere"
+    PointCheckpoint(elsewhere, {"policy": "ngram"}, every_s=0.0).write(
+        ReplayState(None, PolicyRun("ngram", {}))  # type: ignore[arg-type]
+    )
+    folder.unlink(missing_ok=True)
+    folder.symlink_to(checkpoint_dir(elsewhere), target_is_directory=True)
+    assert PointCheckpoint(tmp_path / "p", {"policy": "ngram"}).load() is None  # not read through
+    assert not folder.exists() and not folder.is_symlink()
+    assert (checkpoint_dir(elsewhere) / STATE).is_file()  # the link's target is left alone
+
+
 SPEC = """
 [sweep]
 traces = ["{trace}"]
