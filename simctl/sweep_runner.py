@@ -140,7 +140,9 @@ def _run_point(task: PointTask) -> None:
         engine=EngineConfig(),
     )
     every = task.get("checkpoint_s")
-    checkpoint = PointCheckpoint(Path(task["out"]), task["point"], every) if every is not None else None
+    checkpoint = (
+        PointCheckpoint(Path(task["out"]), checkpoint_key(task), every) if every is not None else None
+    )
     resume = checkpoint.load() if checkpoint else None
     restored = resume.done if resume else 0  # (the run goes on in `resume`, counting up)
     steps = sorted(setup.steps)
@@ -171,6 +173,14 @@ def _run_point(task: PointTask) -> None:
     write_run_dir(Path(task["out"]), full, run_tables({run.name: run}))
     if checkpoint:
         checkpoint.discard()
+
+
+def checkpoint_key(task: PointTask) -> dict[str, Any]:
+    """What a point's checkpoint must have been taken for: the point, and its trace file as
+    it is now (size and modification time: a trace rewritten between the kill and the rerun
+    starts the point over)."""
+    stat = os.stat(task["trace_path"])
+    return {**task["point"], "trace_file": [stat.st_size, stat.st_mtime_ns]}
 
 
 def point_dir(out: Path, point: Point) -> Path:

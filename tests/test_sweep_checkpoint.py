@@ -23,6 +23,7 @@ from simctl.sim.replay import PolicyRun, ReplaySetup, ReplayState, run_policy
 from simctl.sweep_checkpoint import STATE, PointCheckpoint, checkpoint_dir
 from simctl.sweep_runner import (
     POINTS,
+    checkpoint_key,
     is_complete,
     make_task,
     pending_tasks,
@@ -204,6 +205,18 @@ def test_killed_sweep_goes_on_from_the_point_checkpoint(tmp_path: Path) -> None:
     expected = sweep_tables(spec, reference)[0].drop(columns=list(TIME_COLUMNS))
     pd.testing.assert_frame_equal(table, expected)
     assert not checkpoint_dir(point_dir(out, spec.points[0])).exists()  # removed once complete
+
+
+def test_a_rewritten_trace_starts_the_point_over(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    trace.write_bytes((SAMPLES / TRACES[0][0]).read_bytes())
+    path = tmp_path / "sweep.toml"
+    path.write_text(SPEC.format(trace=trace))
+    task = make_task(tmp_path / "out", load_spec(path).points[0], "simctl sweep", 0.0)
+    key = checkpoint_key(task)
+    assert key == checkpoint_key(task) and key["policy"] == "seer"
+    os.utime(trace, ns=(0, trace.stat().st_mtime_ns + 10**9))
+    assert checkpoint_key(task) != key
 
 
 def test_complete_points_lose_a_leftover_checkpoint_and_plugins_keep_none(tmp_path: Path) -> None:
