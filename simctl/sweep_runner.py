@@ -12,8 +12,10 @@ same table as an uninterrupted one.
 
 Ray: a local instance (`local_ray`) listens on 127.0.0.1 only, has no dashboard, uses
 `workers` CPUs and is shut down at the end; `--ray-address` joins an existing cluster
-instead (its workers must see the same paths). Without Ray, with `--no-ray` or with one
-worker, a `ProcessPoolExecutor` runs the same function.
+instead, whose nodes need not share the driver's files: the traces travel through Ray's
+object store too, and a point whose node does not see the sweep directory sends its run
+directory back to the driver (simctl.sweep_transfer). Without Ray, with `--no-ray` or with
+one worker, a `ProcessPoolExecutor` runs the same function.
 
 Progress moves step by step: each task appends the steps it replayed to a file beside its
 run directory, which the driver reads while it waits (simctl.sweep_progress).
@@ -30,21 +32,34 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from simctl.sweep_checkpoint import CHECKPOINT_S, checkpoint_dir
 from simctl.sweep_order import longest_first, point_step_requests, point_work
 from simctl.sweep_progress import SweepTally, step_file
 from simctl.sweep_spec import Point, SweepSpec
+from simctl.sweep_transfer import (
+    RunFiles,
+    file_digest,
+    local_trace,
+    read_run_files,
+    scratch_dir,
+    sees_sweep_dir,
+    write_run_files,
+)
 from simctl.traces.atomic import remove_stale_temporaries
 from simctl.traces.outputs import OutputPathError, check_output_dir
 from simctl.traces.run_format import RUN_JSON, RunDoc
+
+if TYPE_CHECKING:
+    from simctl.sim.replay import ReplaySetup
 
 POINTS = "points"
 MANIFEST = "sweep.json"
@@ -78,12 +93,18 @@ class PointTask(TypedDict):
     out: str
     command: str
     checkpoint_s: float | None  # seconds between the point's checkpoints (None: none)
+    # on a joined Ray cluster (simctl.sweep_transfer; None elsewhere): the trace file's
+    # SHA-256 and its bytes in the object store, and the token of this run's sweep.json
+    trace_digest: str | None
+    trace_ref: Any
+    run_token: str | None
 
 
 class PointResult(TypedDict):
     point_id: str
     error: str | None
     wall_s: float
+    run_files: NotRequired[RunFiles]  # the run directory, from a node that does not see DIR
 
 
 # ------------------------------------------------------------------------- the task
@@ -105,32 +126,48 @@ def _trace(path: str) -> Any:
 
 
 def run_point(task: PointTask) -> PointResult:
-    """Replay one point and write its run directory (runs in a worker process)."""
+    """Replay one point and write its run directory (runs in a worker process), or return
+    its files where this node does not see the sweep directory (simctl.sweep_transfer)."""
     t0 = time.perf_counter()
     try:
-        _run_point(task)
+        with scratch_dir() as scratch:
+            files = _run_point(task, Path(scratch))
     except Exception as exc:  # reported by the driver, with the point's id
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         return {"point_id": task["point_id"], "error": first, "wall_s": time.perf_counter() - t0}
-    return {"point_id": task["point_id"], "error": None, "wall_s": time.perf_counter() - t0}
+    result: PointResult = {"point_id": task["point_id"], "error": None, "wall_s": time.perf_counter() - t0}
+    if files is not None:
+        result["run_files"] = files
+    return result
 
 
-def _run_point(task: PointTask) -> None:
-    from simctl.replay_cmd import run_document
+def _fetch_trace(task: PointTask) -> Callable[[], bytes] | None:
+    """How to get the trace's bytes the driver put in Ray's object store (None: it did not)."""
+    ref = task.get("trace_ref")
+    if ref is None:
+        return None
+
+    def fetch() -> bytes:
+        import ray
+
+        return cast(bytes, ray.get(ref))
+
+    return fetch
+
+
+def _setup(task: PointTask, trace_path: Path) -> ReplaySetup:
+    """The point's ReplaySetup, its trace read from `trace_path` (on this node)."""
     from simctl.sim.cluster import parse_cluster
     from simctl.sim.cost_model import load_cost_model
     from simctl.sim.engine_config import EngineConfig
     from simctl.sim.models import get_model
-    from simctl.sim.replay import ReplaySetup, ReplayState, run_policy, run_tables
-    from simctl.sweep_checkpoint import PointCheckpoint
-    from simctl.sweep_progress import StepLog
+    from simctl.sim.replay import ReplaySetup
     from simctl.traces.cli_options import parse_steps
-    from simctl.traces.run_format import write_run_dir
 
-    trace = _trace(task["trace_path"])
+    trace = _trace(str(trace_path))
     model = get_model(trace.meta.model)
     cluster = parse_cluster(task["cluster"])
-    setup = ReplaySetup(
+    return ReplaySetup(
         trace=trace,
         cluster=cluster,
         model=model,
@@ -139,14 +176,27 @@ def _run_point(task: PointTask) -> None:
         seed=task["seed"],
         engine=EngineConfig(),
     )
-    every = task.get("checkpoint_s")
-    checkpoint = (
-        PointCheckpoint(Path(task["out"]), checkpoint_key(task), every) if every is not None else None
-    )
+
+
+def _run_point(task: PointTask, scratch: Path) -> RunFiles | None:
+    """Replay the point into its run directory, or into `scratch` where this node does not
+    see the sweep directory, and then return the files written there."""
+    from simctl.replay_cmd import run_document
+    from simctl.sim.replay import ReplayState, run_policy, run_tables
+    from simctl.sweep_checkpoint import PointCheckpoint
+    from simctl.sweep_progress import StepLog
+    from simctl.traces.run_format import write_run_dir
+
+    trace_path = local_trace(task["trace_path"], task.get("trace_digest"), _fetch_trace(task))
+    setup = _setup(task, trace_path)
+    shared = sees_sweep_dir(Path(task["out"]), MANIFEST, task.get("run_token"))
+    out = Path(task["out"]) if shared else scratch / "run"
+    every = task.get("checkpoint_s") if shared else None  # (a rerun may run on another node)
+    checkpoint = PointCheckpoint(out, checkpoint_key(task), every) if every is not None else None
     resume = checkpoint.load() if checkpoint else None
     restored = resume.done if resume else 0  # (the run goes on in `resume`, counting up)
     steps = sorted(setup.steps)
-    log = StepLog(Path(task["out"]))
+    log = StepLog(out)
     try:
         for step in steps[:restored]:  # (the progress of the steps restored)
             log.step(step)
@@ -170,15 +220,19 @@ def _run_point(task: PointTask) -> None:
     if restored:
         cpu["resumed_after_steps"] = restored
     full = cast(RunDoc, {**doc, POINT_KEY: task["point"], "sweep_cpu": cpu})
-    write_run_dir(Path(task["out"]), full, run_tables({run.name: run}))
+    write_run_dir(out, full, run_tables({run.name: run}))
     if checkpoint:
         checkpoint.discard()
+    return None if shared else read_run_files(out)
 
 
 def checkpoint_key(task: PointTask) -> dict[str, Any]:
     """What a point's checkpoint must have been taken for: the point, and its trace file as
-    it is now (size and modification time: a trace rewritten between the kill and the rerun
-    starts the point over)."""
+    it is now (its SHA-256 where the driver sent it, else size and modification time: a
+    trace rewritten between the kill and the rerun starts the point over)."""
+    digest = task.get("trace_digest")
+    if digest is not None:
+        return {**task["point"], "trace_file": digest}
     stat = os.stat(task["trace_path"])
     return {**task["point"], "trace_file": [stat.st_size, stat.st_mtime_ns]}
 
@@ -210,7 +264,42 @@ def make_task(out: Path, point: Point, command: str, checkpoint_s: float | None 
         "out": str(point_dir(out, point).resolve()),
         "command": command,
         "checkpoint_s": None if point.task_spec else checkpoint_s,
+        "trace_digest": None,
+        "trace_ref": None,
+        "run_token": None,
     }
+
+
+def send_traces(tasks: Sequence[PointTask], token: str) -> list[PointTask]:
+    """The tasks for a joined Ray cluster (simctl.sweep_transfer): each trace file put in
+    Ray's object store once, with its SHA-256, and this run's token of the sweep directory."""
+    import ray
+
+    sent: dict[str, tuple[str, Any]] = {}
+    for path in dict.fromkeys(t["trace_path"] for t in tasks):
+        sent[path] = (file_digest(Path(path)), ray.put(Path(path).read_bytes()))
+    tasks_sent: list[PointTask] = []
+    for task in tasks:
+        digest, ref = sent[task["trace_path"]]
+        tasks_sent.append({**task, "trace_digest": digest, "trace_ref": ref, "run_token": token})
+    return tasks_sent
+
+
+def receiving(out: Path, done: Done) -> Done:
+    """`done`, once a result's run directory sent back by its node (`run_files`) is written
+    into the sweep directory; a point whose files cannot be written failed."""
+
+    def receive(result: PointResult) -> None:
+        files = result.pop("run_files", None)
+        if files is not None:
+            try:
+                write_run_files(out / POINTS / result["point_id"], files)
+            except (OSError, ValueError) as exc:
+                first = (str(exc).splitlines() or [type(exc).__name__])[0]
+                result = {**result, "error": f"writing the run directory sent: {first}"}
+        done(result)
+
+    return receive
 
 
 # ------------------------------------------------------------------------- executors
@@ -278,18 +367,20 @@ def run_ray(tasks: Sequence[PointTask], workers: int | None, done: Done) -> None
 
 
 @contextmanager
-def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None]:
+def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[bool]:
     """Connect to Ray: join `address`, reuse a connection this process already has, or
-    start a local instance on 127.0.0.1 without dashboard, shut down on leaving."""
+    start a local instance on 127.0.0.1 without dashboard, shut down on leaving. Yields
+    whether it joined a cluster (its nodes may not see this machine's files) rather than
+    started one here."""
     import ray
 
     if ray.is_initialized():
-        yield
+        yield True
         return
     if address:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
         try:
-            yield
+            yield True
         finally:
             ray.shutdown()
         return
@@ -320,7 +411,7 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[None
         # inside the `try`: a SIGTERM during a slow start (a loaded machine) still stops
         # whatever Ray had started by then
         start_local_ray(num_cpus)
-        yield
+        yield False
     finally:
         stop.set()
         watcher.join()
@@ -500,9 +591,9 @@ def run_sweep(
     out = Path(out)
     check_sweep_dir(out, spec.path)
     (out / POINTS).mkdir(parents=True, exist_ok=True)
-    write_json(
-        out / MANIFEST, {"format": "simctl-sweep/1", "spec": str(spec.path), "points": len(spec.points)}
-    )
+    token = uuid.uuid4().hex  # (a node sees DIR if its sweep.json holds it: simctl.sweep_transfer)
+    manifest = {"format": "simctl-sweep/1", "spec": str(spec.path), "points": len(spec.points)}
+    write_json(out / MANIFEST, {**manifest, "run_token": token})
     work = point_costs(spec)
     tasks = pending_tasks(spec, out, command, work, checkpoint_s)
     tally = SweepTally(
@@ -515,8 +606,8 @@ def run_sweep(
     backend = "ray" if use_ray else "process pool"
     with tally.watching(POLL_S if tasks and progress else None):
         if tasks and use_ray:
-            with local_ray(workers, ray_address):
-                run_ray(tasks, workers, tally.done)
+            with local_ray(workers, ray_address) as joined:
+                run_ray(send_traces(tasks, token) if joined else tasks, workers, receiving(out, tally.done))
         elif tasks:
             run_pool(tasks, workers or default_workers(), tally.done)
     failed = [cast(PointResult, r) for r in tally.failed]

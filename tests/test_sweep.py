@@ -453,3 +453,48 @@ def test_failed_points_are_one_line_and_the_rest_kept(tmp_path: Path) -> None:
     assert "\n" not in message and message.startswith("4 of 4 points failed; first verl-"), message
     shutil.copy(ROOT / SAMPLE, trace)
     assert run_sweep(load_spec(path), tmp_path / "out", workers=1, use_ray=False).ran == 4
+
+
+def test_joined_cluster_without_shared_files(
+    ray_cluster, pool_sweep, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A joined cluster whose nodes see neither the trace nor the sweep directory
+    (simctl.sweep_transfer): the Ray workers read the trace from the object store and send
+    their run directories back, which the driver writes; the table is the pool's."""
+    import simctl.sweep_runner as runner
+    from simctl.sweep_transfer import file_digest, trace_cache_dir
+
+    folder = tmp_path / "spec"
+    (folder / SAMPLE).parent.mkdir(parents=True)
+    shutil.copy(ROOT / SAMPLE, folder / SAMPLE)
+    (folder / "sweep.toml").write_text(SPEC)
+    spec = load_spec(folder / "sweep.toml")
+    away, elsewhere = tmp_path / "away.parquet", tmp_path / "node"
+    sent: list[runner.PointTask] = []
+    send = runner.send_traces
+
+    def send_then_hide(tasks, token):
+        got = send(tasks, token)
+        os.rename(folder / SAMPLE, away)  # the nodes do not have the trace...
+        for task in got:  # ...nor the sweep directory: their view of it is another folder
+            task["out"] = str(elsewhere / POINTS / task["point_id"])
+        sent.extend(got)
+        return got
+
+    monkeypatch.setattr(runner, "send_traces", send_then_hide)
+    out = tmp_path / "sweep"
+    calls: list[tuple[int, int, float, float]] = []
+    try:
+        result = run_sweep(spec, out, workers=2, use_ray=True, progress=lambda *a: calls.append(a))
+    finally:
+        os.rename(away, folder / SAMPLE)
+        (trace_cache_dir() / f"{file_digest(folder / SAMPLE)}.parquet").unlink(missing_ok=True)
+    assert (result.ran, result.backend) == (8, "ray")
+    assert len(sent) == 8 and {t["trace_digest"] for t in sent} == {file_digest(folder / SAMPLE)}
+    assert not elsewhere.exists()  # nothing written where the driver's paths pointed
+    # no step progress from such nodes: the bar moves once per point
+    assert [c[0] for c in calls] == list(range(9))
+    assert sorted(os.listdir(out / POINTS)) == sorted(p.point_id for p in spec.points)
+    assert _complete(folder / "sweep.toml", out) == 8
+    table = _table(folder / "sweep.toml", out)
+    pd.testing.assert_frame_equal(_without_times(table), _without_times(pool_sweep[1]))

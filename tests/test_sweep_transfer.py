@@ -1,0 +1,132 @@
+"""simctl.sweep_transfer: which trace file a node reads, whether it sees the sweep
+directory, and a run directory sent back (the Ray end-to-end case is in test_sweep.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from simctl.sweep_transfer import (
+    file_digest,
+    local_trace,
+    read_run_files,
+    sees_sweep_dir,
+    trace_cache_dir,
+    write_run_files,
+)
+
+
+@pytest.fixture(autouse=True)
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The node's temporary directory (and so its trace cache) is the test's."""
+    node = tmp_path / "node-tmp"
+    node.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(node))
+    return node
+
+
+def _fetcher(data: bytes, calls: list[int]):
+    def fetch() -> bytes:
+        calls.append(1)
+        return data
+
+    return fetch
+
+
+def test_digest_is_sha256_of_the_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    path.write_bytes(b"abc" * 1_000_000)
+    assert file_digest(path) == hashlib.sha256(b"abc" * 1_000_000).hexdigest()
+    path.write_bytes(b"other")  # (a new size: the memo does not answer for the old file)
+    assert file_digest(path) == hashlib.sha256(b"other").hexdigest()
+
+
+def test_the_drivers_file_is_read_where_the_node_has_it(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    path.write_bytes(b"trace")
+    calls: list[int] = []
+    assert local_trace(str(path), None, None) == path  # a local sweep: no digest
+    assert local_trace(str(path), file_digest(path), _fetcher(b"trace", calls)) == path
+    assert calls == []  # the object store is not read
+
+
+@pytest.mark.parametrize("node_has", ["nothing", "another file"])
+def test_the_sent_bytes_are_read_otherwise_and_cached(tmp_path: Path, node_has: str) -> None:
+    data = b"the driver's trace"
+    digest = hashlib.sha256(data).hexdigest()
+    path = tmp_path / "t.parquet"
+    if node_has == "another file":
+        path.write_bytes(b"a stale copy under the same name")
+    calls: list[int] = []
+    got = local_trace(str(path), digest, _fetcher(data, calls))
+    assert got == trace_cache_dir() / f"{digest}.parquet" and got.read_bytes() == data
+    assert local_trace(str(path), digest, _fetcher(data, calls)) == got
+    assert calls == [1]  # the second point of the trace on this node reads the cache
+    assert stat.S_IMODE(trace_cache_dir().stat().st_mode) == 0o700
+    if node_has == "another file":
+        assert path.read_bytes() == b"a stale copy under the same name"  # left alone
+
+
+def test_neither_file_nor_bytes_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"t\.parquet: not on this node") as err:
+        local_trace(str(tmp_path / "t.parquet"), "0" * 64, None)
+    assert "\n" not in str(err.value)
+
+
+def test_bytes_that_are_not_the_drivers_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not the driver's"):
+        local_trace(str(tmp_path / "t.parquet"), hashlib.sha256(b"a").hexdigest(), lambda: b"b")
+    assert list(trace_cache_dir().iterdir()) == []
+
+
+def test_a_cache_folder_that_is_a_link_is_refused(own_tmp: Path, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (own_tmp / f"simctl-sweep-traces-{os.getuid()}").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(PermissionError, match="not this user's own folder"):
+        trace_cache_dir()
+
+
+def test_a_node_sees_the_sweep_directory_by_its_token(tmp_path: Path) -> None:
+    run_dir = tmp_path / "sweep" / "points" / "p1"
+    assert sees_sweep_dir(run_dir, "sweep.json", None)  # a local sweep
+    assert not sees_sweep_dir(run_dir, "sweep.json", "t1")  # no such directory here
+    run_dir.parent.mkdir(parents=True)
+    (tmp_path / "sweep" / "sweep.json").write_text(json.dumps({"run_token": "t1"}))
+    assert sees_sweep_dir(run_dir, "sweep.json", "t1")
+    assert not sees_sweep_dir(run_dir, "sweep.json", "t2")  # another run's, or another sweep's
+    (tmp_path / "sweep" / "sweep.json").write_text("{torn")
+    assert not sees_sweep_dir(run_dir, "sweep.json", "t1")
+
+
+def test_run_files_round_trip_follow_the_umask(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "run.json").write_text("{}")
+    (src / "requests.parquet").write_bytes(b"PAR1...")
+    files = read_run_files(src)
+    assert files == {"requests.parquet": b"PAR1...", "run.json": b"{}"}
+    dest = tmp_path / "sweep" / "points" / "p1"
+    dest.mkdir(parents=True)
+    (dest / "old.parquet").write_bytes(b"a killed run's")
+    old = os.umask(0o027)
+    try:
+        write_run_files(dest, files)
+    finally:
+        os.umask(old)
+    assert read_run_files(dest) == files  # replaced whole: the old file is gone
+    assert {stat.S_IMODE((dest / n).stat().st_mode) for n in files} == {0o640}
+    assert [p.name for p in dest.parent.iterdir()] == ["p1"]  # no temporaries left
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../escape", "a/b", "a\\b", "a\0b"])
+def test_run_files_with_a_path_for_a_name_are_refused(tmp_path: Path, name: str) -> None:
+    dest = tmp_path / "points" / "p1"
+    with pytest.raises(ValueError, match="not a plain file name"):
+        write_run_files(dest, {"run.json": b"{}", name: b"x"})
+    assert not dest.exists() and not (tmp_path / "escape").exists()
