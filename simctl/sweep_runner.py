@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -374,11 +375,21 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[bool
     started one here."""
     import ray
 
+    if address:
+        check_reachable(address)
     if ray.is_initialized():
         yield True
         return
     if address:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except ConnectionError as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise SweepError(
+                f"--ray-address {address}: {first} (`ray start` turns token authentication on by "
+                "default from Ray 2.59: then set RAY_AUTH_MODE=token here too, with the "
+                "cluster's token in RAY_AUTH_TOKEN or where `ray get-auth-token` finds it)"
+            ) from None
         try:
             yield True
         finally:
@@ -426,6 +437,20 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[bool
             note_started()  # anything the raylet started during the shutdown
             _reap(list(started.values()))
             _end_guard(guard)
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """SweepError, one line, where nothing answers at a HOST:PORT `--ray-address` (Ray
+    itself retries for minutes); other forms ("auto", a ray:// address's own) are Ray's."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    host = host.strip("[]")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise SweepError(f"--ray-address {address}: nothing answers at {host}:{port} ({why})") from None
 
 
 def _start_guard() -> subprocess.Popen[str] | None:

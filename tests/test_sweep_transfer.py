@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import stat
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from simctl.sweep_runner import SweepError, check_reachable, local_ray
 from simctl.sweep_transfer import (
     file_digest,
     local_trace,
@@ -130,3 +132,32 @@ def test_run_files_with_a_path_for_a_name_are_refused(tmp_path: Path, name: str)
     with pytest.raises(ValueError, match="not a plain file name"):
         write_run_files(dest, {"run.json": b"{}", name: b"x"})
     assert not dest.exists() and not (tmp_path / "escape").exists()
+
+
+def test_an_address_where_nothing_answers_is_one_line_at_once() -> None:
+    """(Ray itself retries such an address for minutes.)"""
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        with pytest.raises(SweepError, match=rf"127\.0\.0\.1:{port}: nothing answers .*refused"):
+            check_reachable(f"127.0.0.1:{port}", timeout_s=2)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        check_reachable(f"127.0.0.1:{port}")
+        check_reachable(f"ray://127.0.0.1:{port}")
+    check_reachable("auto")  # (Ray's to resolve)
+
+
+def test_a_refused_connection_names_token_authentication(monkeypatch: pytest.MonkeyPatch) -> None:
+    ray = pytest.importorskip("ray")
+
+    def refuse(**_: object) -> None:
+        raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6390")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(SweepError, match="RAY_AUTH_MODE=token") as err, local_ray(None, address):
+            pass
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"--ray-address {address}: Failed")
