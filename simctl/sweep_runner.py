@@ -42,7 +42,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
-from simctl.sweep_checkpoint import CHECKPOINT_S, checkpoint_dir
+from simctl.sweep_checkpoint import CHECKPOINT_S, checkpoint_dir, code_fingerprint
 from simctl.sweep_order import longest_first, point_step_requests, point_work
 from simctl.sweep_progress import SweepTally, step_file
 from simctl.sweep_spec import Point, SweepSpec
@@ -99,6 +99,7 @@ class PointTask(TypedDict):
     trace_digest: str | None
     trace_ref: Any
     run_token: str | None
+    code: str | None  # the driver's simctl (code_fingerprint): a node must run the same
 
 
 class PointResult(TypedDict):
@@ -188,6 +189,12 @@ def _run_point(task: PointTask, scratch: Path) -> RunFiles | None:
     from simctl.sweep_progress import StepLog
     from simctl.traces.run_format import write_run_dir
 
+    code = task.get("code")
+    if code is not None and code != code_fingerprint():
+        raise RuntimeError(
+            f"this node's simctl (code {code_fingerprint()[:12]}) is not the driver's ({code[:12]}): "
+            "install the same simctl on every node"
+        )
     trace_path = local_trace(task["trace_path"], task.get("trace_digest"), _fetch_trace(task))
     setup = _setup(task, trace_path)
     shared = sees_sweep_dir(Path(task["out"]), MANIFEST, task.get("run_token"))
@@ -268,21 +275,25 @@ def make_task(out: Path, point: Point, command: str, checkpoint_s: float | None 
         "trace_digest": None,
         "trace_ref": None,
         "run_token": None,
+        "code": None,
     }
 
 
 def send_traces(tasks: Sequence[PointTask], token: str) -> list[PointTask]:
     """The tasks for a joined Ray cluster (simctl.sweep_transfer): each trace file put in
-    Ray's object store once, with its SHA-256, and this run's token of the sweep directory."""
+    Ray's object store once, with its SHA-256, this run's token of the sweep directory, and
+    the fingerprint of this simctl (a node that runs another version refuses the point,
+    rather than mixing its results into the table)."""
     import ray
 
     sent: dict[str, tuple[str, Any]] = {}
     for path in dict.fromkeys(t["trace_path"] for t in tasks):
         sent[path] = (file_digest(Path(path)), ray.put(Path(path).read_bytes()))
+    joined = {"run_token": token, "code": code_fingerprint()}
     tasks_sent: list[PointTask] = []
     for task in tasks:
         digest, ref = sent[task["trace_path"]]
-        tasks_sent.append({**task, "trace_digest": digest, "trace_ref": ref, "run_token": token})
+        tasks_sent.append(cast(PointTask, {**task, "trace_digest": digest, "trace_ref": ref, **joined}))
     return tasks_sent
 
 

@@ -161,3 +161,25 @@ def test_a_refused_connection_names_token_authentication(monkeypatch: pytest.Mon
         with pytest.raises(SweepError, match="RAY_AUTH_MODE=token") as err, local_ray(None, address):
             pass
     assert "\n" not in str(err.value) and str(err.value).startswith(f"--ray-address {address}: Failed")
+
+
+def test_a_node_running_another_simctl_refuses_the_point(tmp_path: Path) -> None:
+    from simctl.sweep_checkpoint import code_fingerprint
+    from simctl.sweep_runner import make_task, run_point
+    from simctl.sweep_spec import spec_from_data
+
+    trace = Path(__file__).resolve().parents[1] / "traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"
+    data = {
+        "sweep": {"traces": [str(trace)], "steps": "0:1", "clusters": ["a100x8:tp1"]},
+        "policies": {"verl": {}},
+    }
+    point = spec_from_data(data, tmp_path / "sweep.toml").points[0]
+    task = make_task(tmp_path / "sweep", point, "simctl sweep")
+    result = run_point({**task, "code": "f" * 64})
+    assert result["error"] == (
+        f"this node's simctl (code {code_fingerprint()[:12]}) is not the driver's (ffffffffffff): "
+        "install the same simctl on every node"
+    )
+    assert not (tmp_path / "sweep").exists()  # refused before anything was written
+    assert run_point({**task, "code": code_fingerprint()})["error"] is None  # the same code runs
+    assert (tmp_path / "sweep" / "points" / point.point_id / "run.json").is_file()
