@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -94,3 +96,37 @@ def test_cost_split():
     assert spec["planning"] > 0.0
     for parts in (plain, spec):
         assert parts["policy"] + parts["planning"] <= parts["total"]
+
+
+def test_vidur_crosscheck_matches_the_documented_ranges():
+    """`vidur_crosscheck.py`: Vidur's side is the layers times the profiled per-layer ops (and
+    two all-reduces with their launch cost at TP>1), and the ranges docs/calibration.md
+    states ("Vidur cross-check") are what the cost model gives now: a change of the cost
+    model that moves them must update that section."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import vidur_crosscheck as vc
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    table = vc.rows()
+    assert len(table) == 42 and set(table["tp"]) == {1, 2, 4, 8}
+    row = table[(table["model"] == "Llama-2-70B") & (table["tp"] == 4) & (table["tokens"] == 8)].iloc[0]
+    assert row["vidur_ms"] == pytest.approx(80 * (0.187 + 2 * (0.041 + 0.02)))
+    ranges = {
+        ("decode", False): (0.59, 0.90, 0.59, 0.90),
+        ("decode", True): (0.29, 0.89, 0.45, 1.02),
+        ("prefill", False): (0.90, 1.07, 0.90, 1.07),
+        ("prefill", True): (0.51, 1.03, 0.63, 1.05),
+    }
+    for (kind, sharded), want in ranges.items():
+        part = table[(table["kind"] == kind) & ((table["tp"] > 1) == sharded)]
+        got = (
+            part["layers_over_vidur"].min(),
+            part["layers_over_vidur"].max(),
+            part["no_comm_over_vidur"].min(),
+            part["no_comm_over_vidur"].max(),
+        )
+        assert [round(g, 2) for g in got] == list(want), (kind, sharded)
+    doc = (ROOT / "docs/calibration.md").read_text()
+    assert "| decode, 8-256 sequences | 0.59-0.90 | 0.29-0.89 | 0.45-1.02 |" in doc
+    assert "| prefill, one sequence of 512-4,096 tokens | 0.90-1.07 | 0.51-1.03 | 0.63-1.05 |" in doc
