@@ -183,3 +183,22 @@ def test_a_node_running_another_simctl_refuses_the_point(tmp_path: Path) -> None
     assert not (tmp_path / "sweep").exists()  # refused before anything was written
     assert run_point({**task, "code": code_fingerprint()})["error"] is None  # the same code runs
     assert (tmp_path / "sweep" / "points" / point.point_id / "run.json").is_file()
+
+
+def test_the_driver_writes_what_a_node_sent_or_fails_that_point(tmp_path: Path) -> None:
+    from simctl.sweep_runner import POINTS, PointResult, receiving
+
+    got: list[PointResult] = []
+    receive = receiving(tmp_path, got.append)
+    receive({"point_id": "p1", "error": None, "wall_s": 1.0, "run_files": {"run.json": b"{}"}})
+    receive({"point_id": "p2", "error": None, "wall_s": 1.0, "run_files": {"../p1/run.json": b"x"}})
+    receive({"point_id": "p3", "error": None, "wall_s": 1.0})  # (written by its node itself)
+    assert (tmp_path / POINTS / "p1" / "run.json").read_bytes() == b"{}"
+    assert not (tmp_path / POINTS / "p2").exists()
+    assert [r.get("error") for r in got] == [
+        None,
+        "writing the run directory sent: run directory sent with file name '../p1/run.json': "
+        "not a plain file name",
+        None,
+    ]
+    assert not any("run_files" in r for r in got)  # (the bytes are not kept)
