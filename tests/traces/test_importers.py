@@ -531,3 +531,91 @@ def test_grouping_property(size: int, draws: list[tuple[int, int, int]], seed: i
     assert not df.duplicated(["step", "prompt_id", "sample"]).any()
     heads = {stable_id(f"p{p}") for _, p, _ in draws}
     assert heads <= set(df["prompt_id"])
+
+
+# --- what real writers also produce (each checked against its writer's code) ---------------
+
+
+def _nan_reward(path: Path, key: str, one: bool = False) -> None:
+    """The first line's reward as a reward function's NaN, which json.dumps writes as NaN."""
+    lines = path.read_text().splitlines()
+    obj = json.loads(lines[0])
+    obj[key] = [float("nan")] if one else float("nan")
+    path.write_text("\n".join([json.dumps(obj), *lines[1:]]) + "\n")
+
+
+@pytest.mark.parametrize("fmt", ["verl", "areal", "nemo-rl"])
+def test_a_nan_reward_drops_the_reward_column_not_the_import(
+    tmp_path: Path, tokenizer_dir: Path, fmt: str
+) -> None:
+    budget = ("--max-tokens", str(BUDGET))
+    if fmt == "verl":
+        dump, extra = write_verl(tmp_path / "d"), (*budget, "--tokenizer", str(tokenizer_dir))
+        first, key, one = dump / "1.jsonl", "score", False
+    elif fmt == "areal":
+        dump, extra = write_areal(tmp_path / "d"), budget
+        first, key, one = sorted((dump / "rollout" / "1").glob("*.jsonl"))[0], "reward", False
+    else:
+        dump, extra = write_nemo(tmp_path / "d"), budget
+        first, key, one = dump / "train_data_step1.jsonl", "rewards", True
+    clean, _ = import_ok(tmp_path, fmt, dump, extra=extra)
+    assert "reward" in clean.df.columns
+    _nan_reward(first, key, one)
+    assert "NaN" in first.read_text()
+    trace, _ = import_ok(tmp_path, fmt, dump, extra=extra)
+    assert "reward" not in trace.df.columns  # (a trace's rewards are finite, or absent)
+    assert trace.meta.notes["import"]["rewards_not_finite"] == 1
+    pd.testing.assert_frame_equal(trace.df, clean.df.drop(columns="reward"))
+
+
+def test_empty_files_the_writers_leave_are_counted_not_refused(tmp_path: Path, tokenizer_dir: Path) -> None:
+    # AReaL opens a task's file before its loop, so a task whose every sample was skipped
+    # leaves an empty file; verl writes "\n" for a step with an empty batch
+    areal = write_areal(tmp_path / "a")
+    (areal / "rollout" / "1" / "99.jsonl").write_text("")
+    trace, _ = import_ok(tmp_path, "areal", areal, extra=("--max-tokens", str(BUDGET)))
+    assert len(trace.df) == 24 and trace.meta.notes["import"]["empty_files"] == 1
+    verl = write_verl(tmp_path / "v")
+    (verl / "3.jsonl").write_text("\n")
+    extra = ("--tokenizer", str(tokenizer_dir), "--max-tokens", str(BUDGET))
+    trace, _ = import_ok(tmp_path, "verl", verl, extra=extra)
+    assert len(trace.df) == 24 and trace.meta.notes["import"]["empty_files"] == 1
+
+
+def test_a_response_cut_inside_a_character_was_cut_at_its_budget(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """A decode cut inside a multi-byte character ends in U+FFFD, and the text encodes to one
+    token fewer than the budget: it is truncated, not a response that stopped (no EOS)."""
+    dump = tmp_path / "rollout_data"
+    dump.mkdir()
+    outs = [words(response_ids(k, 5)) for k in range(3)] + [words(response_ids(9, BUDGET - 2)) + " \ufffd"]
+    lines = [{"input": words(PROMPTS[0]), "output": out, "score": 0.0, "step": 1} for out in outs]
+    (dump / "1.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+    extra = ("--tokenizer", str(tokenizer_dir), "--max-tokens", str(BUDGET))
+    df = import_ok(tmp_path, "verl", dump, extra=extra)[0].df.sort_values("response_len")
+    assert df["finish_reason"].tolist() == ["stop", "stop", "stop", "length"]
+    # (5 words and the EOS added back; the cut one as it encodes)
+    assert df["response_len"].tolist() == [6, 6, 6, BUDGET - 1]
+
+
+def test_a_verl_folder_above_two_dumps_is_refused(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """verl writes validation generations under the same `{step}.jsonl` names: merging them
+    would double every group."""
+    (tmp_path / "outputs").mkdir()
+    write_verl(tmp_path / "outputs" / "rollout")
+    write_verl(tmp_path / "outputs" / "validation")
+    extra = ("--tokenizer", str(tokenizer_dir), "--max-tokens", str(BUDGET))
+    line = import_fails(tmp_path, "verl", tmp_path / "outputs", extra=extra)
+    assert "1.jsonl is also in" in line and "one dump directory" in line
+
+
+def test_areal_ranks_appending_to_one_file_are_refused(tmp_path: Path) -> None:
+    """Without a single controller each data-parallel rank counts task ids from 0 and appends
+    to the same `<version>/<task_id>.jsonl`: two prompts' samples would make one group."""
+    dump = write_areal(tmp_path / "log")
+    f = dump / "rollout" / "1" / "10.jsonl"
+    other = [json.loads(x) for x in (dump / "rollout" / "1" / "11.jsonl").read_text().splitlines()]
+    with f.open("a") as out:
+        for obj in other:
+            out.write(json.dumps({**obj, "task_id": 10}) + "\n")
+    line = import_fails(tmp_path, "areal", dump, extra=("--max-tokens", str(BUDGET)))
+    assert "sample_idx 0 of task 10 at version 1 again" in line and "data-parallel ranks" in line

@@ -33,8 +33,8 @@ from simctl.traces.importers.common import (
     FormatFacts,
     ImportOptions,
     RowSet,
-    as_float,
     as_int,
+    as_reward,
     as_text,
     find_files,
     get,
@@ -66,8 +66,10 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
     files = find_files(paths, _is_dump, "AReaL dump files (<version>/<task_id>.jsonl)")
     rows = RowSet(files=files)
     texts: list[tuple[str, str]] = []
+    seen: dict[tuple[int, int, int], str] = {}  # (tail_version, task_id, sample_idx) -> where
     for path in files:
-        for number, obj in json_lines(path):
+        # (a task whose every sample was skipped leaves an empty file: it is opened first)
+        for number, obj in json_lines(path, empty=rows):
             where = f"{path} line {number}"
             seqlen = as_int(get(obj, "seqlen", where), "seqlen", where)
             prompt_len = as_int(get(obj, "prompt_len", where), "prompt_len", where)
@@ -78,17 +80,29 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                     "a prompt and a response of >= 1 token each"
                 )
             as_int(get(obj, "head_version", where), "head_version", where)
+            step = as_int(get(obj, "tail_version", where), "tail_version", where)
+            order = as_int(get(obj, "sample_idx", where), "sample_idx", where)
             prompt = as_text(get(obj, "prompt", where), "prompt", where)
             texts.append((prompt, as_text(get(obj, "completion", where), "completion", where)))
+            reward = as_reward(get(obj, "reward", where), "reward", where, rows)
+            first = seen.setdefault((step, task, order), where)
+            if first != where:
+                # SPMD runs with several data-parallel ranks: each rank's executor counts task
+                # ids from 0 and appends to the same file, so two prompts' samples would mix
+                raise DumpError(
+                    f"{where}: sample_idx {order} of task {task} at version {step} again (first "
+                    f"at {first}): several data-parallel ranks appended to one file, whose "
+                    "groups cannot be told apart"
+                )
             rows.add(
                 where,
-                step=as_int(get(obj, "tail_version", where), "tail_version", where),
+                step=step,
                 group=task,
                 prompt=prompt,
-                order=as_int(get(obj, "sample_idx", where), "sample_idx", where),
+                order=order,
                 prompt_len=prompt_len,
                 response_len=seqlen - prompt_len,
-                reward=as_float(get(obj, "reward", where), "reward", where),
+                reward=reward,
             )
     if opts.tokenizer is not None:
         _attach_tokens(rows, texts, opts.tokenizer)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,9 +161,10 @@ def find_files(paths: tuple[Path, ...], accept: Callable[[Path], bool], what: st
     return list(dict.fromkeys(out))
 
 
-def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def json_lines(path: Path, empty: RowSet | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of each non-blank line; one-line errors for text that is not
-    UTF-8, not JSON, or not an object. A file without any record is refused."""
+    UTF-8, not JSON, or not an object. A file without any record is refused, unless the
+    format's writer makes such files (`empty`: the rows whose notes count them)."""
     seen = False
     try:
         with path.open(encoding="utf-8") as f:
@@ -182,7 +184,9 @@ def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     except UnicodeDecodeError as exc:
         raise DumpError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not seen:
-        raise DumpError(f"{path}: no records (empty file)")
+        if empty is None:
+            raise DumpError(f"{path}: no records (empty file)")
+        empty.notes["empty_files"] = empty.notes.get("empty_files", 0) + 1
 
 
 def get(obj: dict[str, Any], key: str, where: str) -> Any:
@@ -203,6 +207,19 @@ def as_float(value: Any, key: str, where: str) -> float:
     """A finite number field."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
         raise DumpError(f"{where}: field '{key}' is {_show(value)}, expected a finite number")
+    return float(value)
+
+
+def as_reward(value: Any, key: str, where: str, rows: RowSet) -> float | None:
+    """A reward: a number. One that is not finite (a reward function's NaN, which
+    `json.dumps` writes as NaN) is unknown: counted in the notes (`rewards_not_finite`), and
+    the trace then has no reward column (the schema's rewards are finite numbers). The
+    lengths, which are what a replay needs, are still imported."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DumpError(f"{where}: field '{key}' is {_show(value)}, expected a number")
+    if not math.isfinite(value):
+        rows.notes["rewards_not_finite"] = rows.notes.get("rewards_not_finite", 0) + 1
+        return None
     return float(value)
 
 

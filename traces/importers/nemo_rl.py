@@ -32,8 +32,8 @@ from simctl.traces.importers.common import (
     FormatFacts,
     ImportOptions,
     RowSet,
-    as_float,
     as_int,
+    as_reward,
     as_token_ids,
     find_files,
     get,
@@ -52,7 +52,7 @@ def _one(obj: dict[str, Any], key: str, where: str) -> Any:
     return value[0]
 
 
-def _row(obj: dict[str, Any], where: str) -> tuple[list[int], list[int], float]:
+def _row(obj: dict[str, Any], where: str, rows: RowSet) -> tuple[list[int], list[int], float | None]:
     """(prompt ids, generated ids, reward) of one line."""
     length = as_int(_one(obj, "input_lengths", where), "input_lengths", where)
     ids = as_token_ids(_one(obj, "token_ids", where), "token_ids", where)
@@ -68,7 +68,7 @@ def _row(obj: dict[str, Any], where: str) -> tuple[list[int], list[int], float]:
         raise DumpError(f"{where}: field 'token_loss_mask' marks no generated token")
     first = mask.index(1)
     generated = [t for t, m in zip(ids[first:length], mask[first:length], strict=True) if m == 1]
-    reward = as_float(_one(obj, "rewards", where), "rewards", where)
+    reward = as_reward(_one(obj, "rewards", where), "rewards", where, rows)
     return ids[:first], generated, reward
 
 
@@ -84,7 +84,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
         step = int(match.group(1))
         for number, obj in json_lines(path):
             where = f"{path} line {number}"
-            prompt, generated, reward = _row(obj, where)
+            prompt, generated, reward = _row(obj, where, rows)
             if not prompt:
                 raise DumpError(f"{where}: field 'token_loss_mask' marks the first token (no prompt)")
             rows.add(

@@ -31,6 +31,7 @@ from simctl.traces.importers.common import (
     RowSet,
     as_float,
     as_int,
+    as_reward,
     as_text,
     find_files,
     get,
@@ -125,7 +126,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             for i in range(n):
                 if not prompts[i]:
                     raise DumpError(f"{where}: column '{key}'[{i}] encodes to no tokens")
-                gen, truncated = response_ids(tok, outs[i], budget)
+                gen, truncated = response_ids(tok, outs[i], budget, responses[i])
                 if not gen:
                     raise DumpError(f"{where}: column 'responses'[{i}] is empty and the tokenizer has no EOS")
                 rows.add(
@@ -137,7 +138,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                     prompt_len=len(prompts[i]),
                     response_len=len(gen),
                     truncated=truncated,
-                    reward=None if scores is None else as_float(scores[i], "scores", where),
+                    reward=None if scores is None else as_reward(scores[i], "scores", where, rows),
                 )
                 rows.prompt_tokens.append(prompts[i])
                 rows.response_tokens.append(gen)

@@ -33,8 +33,8 @@ from simctl.traces.importers.common import (
     FormatFacts,
     ImportOptions,
     RowSet,
-    as_float,
     as_int,
+    as_reward,
     as_token_ids,
     find_files,
     get,
@@ -95,7 +95,7 @@ def _sample(rows: RowSet, sample: Any, step: int, i: int, where: str) -> tuple[l
         prompt_len=len(prompt),
         response_len=length,
         truncated=None if status is None else status == "truncated",
-        reward=as_float(reward, "reward", at) if isinstance(reward, int | float) else None,
+        reward=as_reward(reward, "reward", at, rows) if isinstance(reward, int | float) else None,
     )
     return list(prompt), tokens[len(prompt) :]
 

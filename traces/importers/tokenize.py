@@ -54,11 +54,16 @@ def load_tokenizer(path: Path | None, fmt: str) -> TextTokenizer:
     return TextTokenizer(hf=hf, eos_id=eos if isinstance(eos, int) else None, path=path)
 
 
-def response_ids(tok: TextTokenizer, ids: list[int], budget: int | None) -> tuple[list[int], bool | None]:
-    """(generated ids, truncated) of one decoded response: ids that fill the budget were cut
-    there; a shorter response stopped at the EOS token the decoding dropped, which is added
-    back (where the tokenizer has one). Without a budget the ending stays unknown."""
-    if budget is not None and len(ids) >= budget:
+def response_ids(
+    tok: TextTokenizer, ids: list[int], budget: int | None, text: str = ""
+) -> tuple[list[int], bool | None]:
+    """(generated ids, truncated) of one decoded response `text` (encoded again: `ids`):
+    ids that fill the budget were cut there, and so was a text that ends in U+FFFD, the
+    replacement character a decode writes for a multi-byte character cut short (the budget
+    ended inside it; its bytes' token is lost, so the ids fall one short); a shorter response
+    stopped at the EOS token the decoding dropped, which is added back (where the tokenizer
+    has one). Without a budget the ending stays unknown."""
+    if budget is not None and (len(ids) >= budget or text.endswith("\ufffd")):
         return ids[:budget], True
     if tok.eos_id is not None:
         return [*ids, tok.eos_id], False if budget is not None else None

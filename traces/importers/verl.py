@@ -33,8 +33,8 @@ from simctl.traces.importers.common import (
     FormatFacts,
     ImportOptions,
     RowSet,
-    as_float,
     as_int,
+    as_reward,
     as_text,
     find_files,
     get,
@@ -46,27 +46,42 @@ UPSTREAM = "volcengine/verl@b178a3cd verl/trainer/ppo/ray_trainer.py (_dump_gene
 _NAME = re.compile(r"^\d+\.jsonl$")
 
 
+def _one_dump(files: list[Path]) -> None:
+    """Refuse two files of one step: two dumps (the validation generations, which verl
+    writes under the same names into `validation_data_dir`, or two runs) would merge into
+    groups of twice the size."""
+    seen: dict[str, Path] = {}
+    for path in files:
+        other = seen.setdefault(path.name, path)
+        if other != path:
+            raise DumpError(
+                f"{path}: step file {path.name} is also in {other.parent}: give one dump "
+                "directory (rollout_data_dir) per import, not a folder above two"
+            )
+
+
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
     tok = load_tokenizer(opts.tokenizer, "verl")
     files = find_files(paths, lambda p: bool(_NAME.match(p.name)), "verl dump files ({global_step}.jsonl)")
+    _one_dump(files)
     rows = RowSet(files=files)
     rows.response_tokens, rows.prompt_tokens = [], []
     for path in files:
         records = []
-        for number, obj in json_lines(path):
+        for number, obj in json_lines(path, empty=rows):  # (an empty batch writes "\n")
             where = f"{path} line {number}"
             prompt = as_text(get(obj, "input", where), "input", where)
             response = as_text(get(obj, "output", where), "output", where)
             score = obj.get("score")
-            reward = None if score is None else as_float(score, "score", where)
+            reward = None if score is None else as_reward(score, "score", where, rows)
             step = as_int(get(obj, "step", where), "step", where)
             records.append((where, prompt, response, reward, step))
         prompts = tok.encode([r[1] for r in records])
         responses = tok.encode([r[2] for r in records])
-        for i, (where, prompt, _, reward, step) in enumerate(records):
+        for i, (where, prompt, response, reward, step) in enumerate(records):
             if not prompts[i]:
                 raise DumpError(f"{where}: field 'input' encodes to no tokens")
-            ids, truncated = response_ids(tok, responses[i], opts.max_tokens)
+            ids, truncated = response_ids(tok, responses[i], opts.max_tokens, response)
             if not ids:
                 raise DumpError(f"{where}: field 'output' is empty and the tokenizer has no EOS token")
             rows.add(
