@@ -619,3 +619,38 @@ def test_areal_ranks_appending_to_one_file_are_refused(tmp_path: Path) -> None:
             out.write(json.dumps({**obj, "task_id": 10}) + "\n")
     line = import_fails(tmp_path, "areal", dump, extra=("--max-tokens", str(BUDGET)))
     assert "sample_idx 0 of task 10 at version 1 again" in line and "data-parallel ranks" in line
+
+
+def test_nemo_rl_before_0_6_imports_from_text_with_a_tokenizer(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """v0.2.1-v0.5.0 wrote no token ids: `content` holds the prompt's rendered messages and
+    the response's text, and `input_lengths` the prompt and generated tokens (the EOS of a
+    response that stopped included)."""
+    root = tmp_path / "logs"
+    root.mkdir()
+    for step in (1, 2):
+        lines = []
+        for i, (_, p, k, n) in enumerate(r for r in PLAN if r[0] == step):
+            text = words(response_ids(p * 10 + k, n - (n < BUDGET)))  # (the EOS is not in the text)
+            lines.append(
+                {
+                    "content": [[words(PROMPTS[p]), text]],
+                    "rewards": [float(k)],
+                    "generation_logprobs": [[-0.1] * 20],
+                    "prev_logprobs": [[-0.1] * 20],
+                    "input_lengths": [len(PROMPTS[p]) + n],
+                    "idx": i,
+                }
+            )
+        (root / f"train_data_step{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    line = import_fails(tmp_path, "nemo-rl", root, extra=("--max-tokens", str(BUDGET)))
+    assert "field 'token_ids' missing (NeMo-RL before 0.6.0 dumps text only: pass --tokenizer" in line
+    extra = ("--max-tokens", str(BUDGET), "--tokenizer", str(tokenizer_dir))
+    trace, out = import_ok(tmp_path, "nemo-rl", root, extra=extra)
+    df = trace.df
+    assert len(df) == 24 and trace.meta.group_size == 4
+    got = sorted(zip(df["step"], df["prompt_len"], df["response_len"], strict=True))
+    assert got == sorted((s, len(PROMPTS[p]), n) for s, p, _, n in PLAN)
+    assert (df["finish_reason"] == "length").sum() == N_CLIPPED
+    assert trace.has_tokens() and "prompt_tokens" in trace.lists  # (the prompts encode to their lengths)
+    assert trace.meta.notes["import"]["prompt_tokens_matching_rows"] == 24
+    replays(out)

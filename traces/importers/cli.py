@@ -114,7 +114,8 @@ def import_cmd(
         f"wrote {output} ({fmt}: {files} files, {df['step'].nunique()} steps, {groups} groups of "
         f"{imported.meta.group_size}, {tokens}, model {opts.model})"
     )
-    if tokenizer is not None and fmt not in ("verl", "roll", "areal"):
+    used = fmt in ("verl", "roll", "areal") or "tokens" in imported.meta.notes["import"]
+    if tokenizer is not None and not used:
         click.echo(f"--tokenizer not used: {fmt} dumps record token counts", err=True)
     matching = imported.meta.notes["import"].get("response_tokens_matching_rows")
     if matching is not None and "response_tokens" not in imported.lists:

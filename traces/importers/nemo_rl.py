@@ -19,6 +19,14 @@ environment's tokens between turns, mask 0, count in neither). Groups: the batch
 each prompt `num_generations_per_prompt` times and writes no group id, so a group is the
 responses of one step with the same prompt ids. Budget: `--max-tokens`
 (`policy.generation.max_new_tokens` is not dumped); epochs: `--steps-per-epoch`.
+
+Releases before 0.6.0 (v0.2.1-v0.5.0) write no `token_ids` or `token_loss_mask`, only the
+text (`content`: the prompt's messages as the chat template rendered them, then the
+response) and `input_lengths`. With `--tokenizer DIR` the response text is encoded again
+(plus the end-of-sequence token the decode dropped, where it stopped before the budget:
+tokenize.response_ids), the prompt length is `input_lengths` minus that, and a group is the
+responses of one step with the same prompt texts. Token columns are kept where every row's
+ids agree with those lengths.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from simctl.traces.importers.common import (
     get,
     json_lines,
 )
+from simctl.traces.importers.tokenize import TextTokenizer, load_tokenizer, response_ids
 
 UPSTREAM = "NVIDIA-NeMo/RL@7ea279ab nemo_rl/algorithms/grpo.py + nemo_rl/utils/logger.py"
 _NAME = re.compile(r"^train_data_step(\d+)\.jsonl$")
@@ -50,6 +59,30 @@ def _one(obj: dict[str, Any], key: str, where: str) -> Any:
     if not (isinstance(value, list) and len(value) == 1):
         raise DumpError(f"{where}: field '{key}' is not a one-element list (a micro-batch of 1)")
     return value[0]
+
+
+def _text_row(
+    obj: dict[str, Any], where: str, rows: RowSet, tok: TextTokenizer | None, budget: int | None
+) -> tuple[tuple[str, ...], int, list[int], bool | None, float | None]:
+    """A line of a dump before 0.6.0 (text only): (prompt texts, prompt length, generated ids,
+    truncated, reward)."""
+    if tok is None:
+        raise DumpError(
+            f"{where}: field 'token_ids' missing (NeMo-RL before 0.6.0 dumps text only: pass "
+            "--tokenizer DIR to encode it)"
+        )
+    content = _one(obj, "content", where)
+    if not (isinstance(content, list) and len(content) >= 2 and all(isinstance(c, str) for c in content)):
+        raise DumpError(f"{where}: field 'content' is not a list of the prompt's and the response's texts")
+    length = as_int(_one(obj, "input_lengths", where), "input_lengths", where)
+    generated, truncated = response_ids(tok, tok.encode([content[-1]])[0], budget, content[-1])
+    if not 1 <= len(generated) < length:
+        raise DumpError(
+            f"{where}: field 'input_lengths' {length} leaves no prompt beside the response's "
+            f"{len(generated)} tokens (as --tokenizer encodes it)"
+        )
+    reward = as_reward(_one(obj, "rewards", where), "rewards", where, rows)
+    return tuple(content[:-1]), length - len(generated), generated, truncated, reward
 
 
 def _row(obj: dict[str, Any], where: str, rows: RowSet) -> tuple[list[int], list[int], float | None]:
@@ -77,6 +110,8 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
     files = find_files(paths, lambda p: bool(_NAME.match(p.name)), what)
     rows = RowSet(files=files)
     rows.response_tokens, rows.prompt_tokens = [], []
+    tok: TextTokenizer | None = None
+    text_prompts: list[str] = []  # (a dump before 0.6.0: its rows' prompt texts)
     for path in files:
         match = _NAME.match(path.name)
         if match is None:
@@ -84,6 +119,23 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
         step = int(match.group(1))
         for number, obj in json_lines(path):
             where = f"{path} line {number}"
+            if "token_ids" not in obj:
+                tok = tok or (load_tokenizer(opts.tokenizer, "nemo-rl") if opts.tokenizer else None)
+                texts, prompt_len, gen, truncated, reward = _text_row(obj, where, rows, tok, opts.max_tokens)
+                rows.add(
+                    where,
+                    step=step,
+                    group="\0".join(texts),  # (the prompt's messages, as one key)
+                    prompt="\0".join(texts),
+                    order=number,
+                    prompt_len=prompt_len,
+                    response_len=len(gen),
+                    truncated=truncated,
+                    reward=reward,
+                )
+                text_prompts.append("".join(texts))
+                rows.response_tokens.append(gen)
+                continue
             prompt, generated, reward = _row(obj, where, rows)
             if not prompt:
                 raise DumpError(f"{where}: field 'token_loss_mask' marks the first token (no prompt)")
@@ -99,4 +151,19 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             )
             rows.prompt_tokens.append(prompt)
             rows.response_tokens.append(generated)
+    if text_prompts:
+        _text_prompt_tokens(rows, text_prompts, tok)
     return rows, FormatFacts()
+
+
+def _text_prompt_tokens(rows: RowSet, texts: list[str], tok: TextTokenizer | None) -> None:
+    """Prompt ids of a text-only dump, encoded again: kept where every prompt encodes to its
+    length (`input_lengths` minus the response), else no prompt token column."""
+    if rows.prompt_tokens or tok is None:  # (token ids and text in one import: keep neither)
+        rows.prompt_tokens = None
+        return
+    ids = tok.encode(texts)
+    agree = sum(len(x) == n for x, n in zip(ids, rows.prompt_len, strict=True))
+    rows.notes["prompt_tokens_matching_rows"] = agree
+    rows.prompt_tokens = ids if agree == len(ids) else None
+    rows.notes["tokens"] = "responses (and prompts, where they agree) encoded again from the dump's text"
