@@ -654,3 +654,67 @@ def test_nemo_rl_before_0_6_imports_from_text_with_a_tokenizer(tmp_path: Path, t
     assert trace.has_tokens() and "prompt_tokens" in trace.lists  # (the prompts encode to their lengths)
     assert trace.meta.notes["import"]["prompt_tokens_matching_rows"] == 24
     replays(out)
+
+
+def test_slime_dumps_with_numpy_images_details_and_aborted_samples(tmp_path: Path, capsys) -> None:
+    """What real slime runs add: routing replay's experts as numpy arrays (v0.2.0-v0.3.0), a
+    VLM run's PIL images, `--dump-details`' per-rank train_data files beside rollout_data,
+    and a sample aborted before its first token. The result is the plain dump's."""
+    torch = pytest.importorskip("torch")
+    image = pytest.importorskip("PIL.Image")
+    plain, _ = import_ok(tmp_path, "slime", write_slime(tmp_path / "plain"), extra=("--max-tokens", "16"))
+    root = tmp_path / "details"
+    (root / "rollout_data").mkdir(parents=True)
+    (root / "train_data").mkdir()
+    for step in (1, 2):
+        samples = [
+            {
+                **slime_sample(p, k, n, i, n == BUDGET),
+                "rollout_routed_experts": np.arange(6, dtype=np.int32).reshape(2, 3),
+                "multimodal_inputs": {"images": [image.new("RGB", (2, 2))]},
+            }
+            for i, (_, p, k, n) in enumerate(r for r in PLAN if r[0] == step)
+        ]
+        aborted = {**slime_sample(0, 0, 1, 99, False), "status": "aborted", "response_length": 0}
+        aborted["tokens"] = PROMPTS[0]
+        torch.save({"rollout_id": step, "samples": [*samples, aborted]}, root / "rollout_data" / f"{step}.pt")
+        torch.save({"rollout_id": step, "tokens": [[1, 2]]}, root / "train_data" / f"{step}_0.pt")
+    trace, _ = import_ok(tmp_path, "slime", root, extra=("--max-tokens", "16"))
+    pd.testing.assert_frame_equal(trace.df, plain.df)
+    assert trace.meta.notes["import"]["samples_without_response"] == 2
+    assert all("train_data" not in f for f in trace.meta.notes["import"]["files"])
+
+
+def test_slime_refusal_names_what_it_would_build(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    bad = tmp_path / "0.pt"
+    torch.save({"rollout_id": 0, "samples": [Boom()]}, bad)
+    line = import_fails(tmp_path, "slime", bad, extra=("--max-tokens", "16"))
+    assert line.endswith("loading is allowed, and it would build builtins.print")
+
+
+def test_roll_single_file_resumed_and_expanded_requests(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """ROLL before Oct 2025 appended a line of columns per step to one `rollout_data.jsonl`
+    (a resumed run appends its steps again: the last writing counts); with
+    `is_num_return_sequences_expand` the config says 1 return sequence per request, and the
+    group size is what the `id` groups show."""
+    extra = ("--tokenizer", str(tokenizer_dir))
+    plain, _ = import_ok(tmp_path, "roll", write_roll(tmp_path / "plain"), extra=extra)
+    lines = [
+        json.loads((tmp_path / "plain" / f"rollout_dump_data.step_{s}.jsonl").read_text()) for s in (1, 2)
+    ]
+    stale = {**lines[1], "responses": [words([12, 13])] * len(lines[1]["responses"])}
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "rollout_data.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in (lines[0], stale, lines[1]))
+    )
+    trace, _ = import_ok(tmp_path, "roll", single, extra=extra)
+    pd.testing.assert_frame_equal(trace.df, plain.df)
+    expand = json.dumps({"generation_config": {"max_new_tokens": BUDGET, "num_return_sequences": 1}})
+    for line in lines:
+        line["sampling_params"] = [expand] * len(line["responses"])
+    (single / "rollout_data.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    trace, _ = import_ok(tmp_path, "roll", single, extra=extra)
+    assert trace.meta.group_size == 4
+    pd.testing.assert_frame_equal(trace.df, plain.df)

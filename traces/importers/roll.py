@@ -1,5 +1,6 @@
 """ROLL: the `rollout_dump_data.step_{N}.jsonl` files the RLVR pipeline writes into
-`rollout_dump_dir`.
+`rollout_dump_dir` (an absolute path: ROLL writes nothing for a relative one), or the one
+`rollout_data.jsonl` of releases before Oct 2025 (v0.1.x), a line per step.
 
 Followed: alibaba/ROLL @ 8eb27cc2 (v0.3.0-9, Aug 2026), `roll/pipeline/rlvr/utils.py`,
 `dump_rollout_to_specific_path` and `write_to_json_process` (called from
@@ -40,7 +41,8 @@ from simctl.traces.importers.common import (
 from simctl.traces.importers.tokenize import load_tokenizer, response_ids
 
 UPSTREAM = "alibaba/ROLL@8eb27cc2 roll/pipeline/rlvr/utils.py (dump_rollout_to_specific_path)"
-_NAME = re.compile(r"^rollout_dump_data\.step_\d+\.jsonl$")
+# (before Oct 2025, v0.1.x: one `rollout_data.jsonl`, a line of columns appended per step)
+_NAME = re.compile(r"^(rollout_dump_data\.step_\d+|rollout_data)\.jsonl$")
 
 
 def _column(obj: dict[str, Any], key: str, n: int, where: str) -> list[Any] | None:
@@ -81,11 +83,26 @@ def _facts(params: list[Any] | None, where: str) -> FormatFacts:
     if config.get("max_new_tokens") is not None and config["max_new_tokens"] > 0:
         facts.max_tokens = as_int(config["max_new_tokens"], "generation_config.max_new_tokens", where)
     if config.get("num_return_sequences") is not None:
-        n = config["num_return_sequences"]
-        facts.group_size = as_int(n, "generation_config.num_return_sequences", where)
+        n = as_int(config["num_return_sequences"], "generation_config.num_return_sequences", where)
+        # with `is_num_return_sequences_expand` (the async pipeline's setting) ROLL sends each
+        # of a prompt's responses as its own request and rewrites this to 1: the group size
+        # is then what the `id` groups show, not 1
+        facts.group_size = n if n > 1 else None
     if config.get("temperature") is not None:
         facts.temperature = as_float(config["temperature"], "generation_config.temperature", where)
     return facts
+
+
+def _last_per_step(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The file's lines of columns, the last of each step only: the single-file layout of
+    ROLL before Oct 2025 appends a line per step, and a resumed run appends its steps again."""
+    lines: dict[object, tuple[int, dict[str, Any]]] = {}
+    for number, obj in json_lines(path):
+        steps = obj.get("global_step")
+        key = json.dumps(steps[:1]) if isinstance(steps, list) else number
+        lines.pop(key, None)  # (a step written again: its last writing, in its own place)
+        lines[key] = (number, obj)
+    return list(lines.values())
 
 
 def _merge(a: FormatFacts, b: FormatFacts, where: str) -> FormatFacts:
@@ -99,12 +116,12 @@ def _merge(a: FormatFacts, b: FormatFacts, where: str) -> FormatFacts:
 
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
     tok = load_tokenizer(opts.tokenizer, "roll")
-    what = "ROLL dump files (rollout_dump_data.step_N.jsonl)"
+    what = "ROLL dump files (rollout_dump_data.step_N.jsonl, or rollout_data.jsonl)"
     files = find_files(paths, lambda p: bool(_NAME.match(p.name)), what)
     rows, facts = RowSet(files=files), FormatFacts()
     rows.response_tokens, rows.prompt_tokens = [], []
     for path in files:
-        for number, obj in json_lines(path):
+        for number, obj in _last_per_step(path):
             where = f"{path} line {number}"
             responses = get(obj, "responses", where)
             if not isinstance(responses, list):

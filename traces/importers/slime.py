@@ -23,6 +23,7 @@ someone else's file. A file that needs more than tensors and plain containers is
 
 from __future__ import annotations
 
+import importlib
 import re
 import warnings
 from pathlib import Path
@@ -44,8 +45,40 @@ UPSTREAM = "THUDM/slime@624b824a slime/observability/rollout_data_utils.py (save
 _NAME = re.compile(r"^(?!eval_).*\.pt$")
 
 
+class _Inert:
+    """Stands in for an object of a class the importer never reads (a VLM run's PIL images
+    in `multimodal_inputs`): unpickled into this, keeping nothing, running no code of it."""
+
+    def __setstate__(self, state: object) -> None:
+        pass
+
+
+def _allowed() -> list[Any]:
+    """What torch's restricted unpickler may also build, beside tensors: numpy arrays and
+    scalars (routing replay's `rollout_routed_experts`, v0.2.0-v0.3.0; files written with
+    numpy 1.x name `numpy.core`, 2.x `numpy._core`), and PIL images as `_Inert`. This is
+    torch's own allowlist mechanism (`torch.serialization.safe_globals`): nothing else is
+    imported or called."""
+    import numpy as np
+
+    core: Any = importlib.import_module("numpy._core.multiarray")  # (numpy >= 2: simctl's)
+    dtypes = ("b", "B", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4", "f8", "?")
+    out: list[Any] = [core._reconstruct, np.ndarray, np.dtype, core.scalar]
+    out += [type(np.dtype(t)) for t in dtypes]
+    out += [
+        (core._reconstruct, "numpy.core.multiarray._reconstruct"),
+        (core.scalar, "numpy.core.multiarray.scalar"),
+    ]
+    out += [
+        (_Inert, f"PIL.{name}")
+        for name in ("Image.Image", "PngImagePlugin.PngImageFile", "JpegImagePlugin.JpegImageFile")
+    ]
+    return out
+
+
 def load(path: Path) -> Any:
-    """The file's object through torch's restricted unpickler, or a one-line refusal."""
+    """The file's object through torch's restricted unpickler (with `_allowed`), or a
+    one-line refusal that names what it would have had to build."""
     try:
         import torch
     except ImportError:
@@ -53,12 +86,19 @@ def load(path: Path) -> Any:
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols it then refuses
             warnings.simplefilter("ignore", UserWarning)
-            return torch.load(path, weights_only=True, map_location="cpu")
+            with torch.serialization.safe_globals(_allowed()):
+                return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        try:  # (reads the pickle's opcodes, executing nothing)
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except Exception:
+            unsafe = []
+        allowed = {name for item in _allowed() if isinstance(item, tuple) for name in item[1:]}
+        unsafe = [u for u in unsafe if u not in allowed]
+        why = f"it would build {', '.join(unsafe[:3])}" if unsafe else f"it failed ({first[:160]})"
         raise DumpError(
-            f"{path}: refused: only torch.load(weights_only=True) loading is allowed, and it "
-            f"failed ({first[:160]})"
+            f"{path}: refused: only torch.load(weights_only=True) loading is allowed, and {why}"
         ) from None
 
 
@@ -67,13 +107,18 @@ def _plain(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") and not isinstance(value, list) else value
 
 
-def _sample(rows: RowSet, sample: Any, step: int, i: int, where: str) -> tuple[list[int], list[int]]:
-    """Adds one sample to `rows`; returns its (prompt ids, response ids)."""
+def _sample(rows: RowSet, sample: Any, step: int, i: int, where: str) -> tuple[list[int], list[int]] | None:
+    """Adds one sample to `rows`; returns its (prompt ids, response ids), None for an
+    aborted or failed sample with no response (counted in the notes)."""
     if not isinstance(sample, dict):
         raise DumpError(f"{where}: samples[{i}] is {type(sample).__name__}, expected a dict")
     at = f"{where} sample {i}"
     tokens = as_token_ids(_plain(get(sample, "tokens", at)), "tokens", at)
     length = as_int(_plain(get(sample, "response_length", at)), "response_length", at)
+    if length == 0 and sample.get("status") in ("aborted", "failed"):
+        # (a request aborted before its first token: nothing was generated to replay)
+        rows.notes["samples_without_response"] = rows.notes.get("samples_without_response", 0) + 1
+        return None
     if not 1 <= length < len(tokens):
         raise DumpError(
             f"{at}: field 'response_length' {length} must be in 1..{len(tokens) - 1} "
@@ -101,7 +146,11 @@ def _sample(rows: RowSet, sample: Any, step: int, i: int, where: str) -> tuple[l
 
 
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
-    files = find_files(paths, lambda p: bool(_NAME.match(p.name)), "slime dump files (*.pt)")
+    # (`--dump-details DIR` writes the rollouts to DIR/rollout_data and per-rank training
+    # batches, which are not rollouts, to DIR/train_data)
+    files = find_files(
+        paths, lambda p: bool(_NAME.match(p.name)) and "train_data" not in p.parts, "slime dump files (*.pt)"
+    )
     rows = RowSet(files=files)
     prompts: list[list[int]] = []
     responses: list[list[int]] = []
@@ -116,9 +165,10 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
         if not isinstance(samples, list) or not samples:
             raise DumpError(f"{path}: field 'samples' is not a non-empty list")
         for i, sample in enumerate(samples):
-            prompt, response = _sample(rows, sample, step, i, where)
-            prompts.append(prompt)
-            responses.append(response)
+            got = _sample(rows, sample, step, i, where)
+            if got is not None:
+                prompts.append(got[0])
+                responses.append(got[1])
     rows.prompt_tokens, rows.response_tokens = prompts, responses
     if any(r is None for r in rows.reward):
         rows.reward = [None] * len(rows)
