@@ -718,3 +718,43 @@ def test_roll_single_file_resumed_and_expanded_requests(tmp_path: Path, tokenize
     trace, _ = import_ok(tmp_path, "roll", single, extra=extra)
     assert trace.meta.group_size == 4
     pd.testing.assert_frame_equal(trace.df, plain.df)
+
+
+def write_areal_text(root: Path, again: bool = False) -> Path:
+    """`<dump_dir>/<version>/<qid>.txt` as RLVRWorkflow.arun_episode appends them (AReaL
+    v0.3.0-lite to v0.5.1): colorama's yellow-dim text; `again`: the first prompt's episode
+    at version 1 appended a second time (the prompt drawn twice)."""
+    colour, reset = "\x1b[33m\x1b[2m", "\x1b[0m"
+    for step, p, k, n in PLAN + ([r for r in PLAN if r[:2] == (1, 0)] if again else []):
+        d = root / str(step)
+        d.mkdir(parents=True, exist_ok=True)
+        record = "\n".join(
+            [
+                f"idx: {k + 1} / 4, seqlen: {len(PROMPTS[p]) + n}, reward is {float(k == 0)}.",
+                f"prompt is \n{colour}{words(PROMPTS[p])}{reset}",
+                f"sequence is: \n{colour}{words(response_ids(k, n))}{reset}",
+            ]
+        )
+        with (d / f"q{p}.txt").open("a") as f:
+            f.write(record + "\n")
+    return root
+
+
+def test_areal_before_0_5_2_text_dumps(tmp_path: Path, tokenizer_dir: Path) -> None:
+    dump = write_areal_text(tmp_path / "generated")
+    assert "--tokenizer" in import_fails(tmp_path, "areal", dump, extra=("--max-tokens", str(BUDGET)))
+    extra = ("--max-tokens", str(BUDGET), "--tokenizer", str(tokenizer_dir))
+    trace, out = import_ok(tmp_path, "areal", dump, extra=extra)
+    df = trace.df
+    assert len(df) == 24 and trace.meta.group_size == 4
+    got = sorted(zip(df["step"], df["prompt_len"], df["response_len"], strict=True))
+    assert got == sorted((s, len(PROMPTS[p]), n) for s, p, _, n in PLAN)
+    assert df["reward"].sum() == 6 and (df["finish_reason"] == "length").sum() == N_CLIPPED
+    assert trace.has_tokens() and "prompt_tokens" in trace.lists
+    replays(out)
+    # a prompt drawn twice at one version appends a second episode: a group of its own
+    again, _ = import_ok(tmp_path, "areal", write_areal_text(tmp_path / "again", again=True), extra=extra)
+    assert len(again.df) == 28 and again.df.groupby(["step", "prompt_id"]).ngroups == 7
+    (dump / "1" / "q0.txt").write_text("idx: 1 / 4, seqlen: 9, reward is 1.0.\nsomething else\n")
+    line = import_fails(tmp_path, "areal", dump, extra=extra)
+    assert line.endswith("q0.txt line 1: not an 'idx: i / n, seqlen: S, reward is R.' record")

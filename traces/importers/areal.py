@@ -22,12 +22,16 @@ No token ids are dumped, but the text is decoded with ``skip_special_tokens=Fals
 `--tokenizer DIR` it is encoded again and the ids become the trace's token columns, kept
 only where every response (prompt) encodes to exactly its recorded length: ids of a
 different count would contradict the lengths the dump records.
+
+Releases v0.3.0-lite to v0.5.1 wrote coloured text files instead (`areal_text.py`, which
+needs `--tokenizer`); a path holding those is read that way.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from simctl.traces.importers.areal_text import is_text_dump, read_text
 from simctl.traces.importers.common import (
     DumpError,
     FormatFacts,
@@ -63,8 +67,17 @@ def _attach_tokens(rows: RowSet, texts: list[tuple[str, str]], tokenizer: Path) 
 
 
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
-    files = find_files(paths, _is_dump, "AReaL dump files (<version>/<task_id>.jsonl)")
+    what = "AReaL dump files (<version>/<task_id>.jsonl; before v0.5.2 <version>/<qid>.txt)"
+    files = find_files(paths, lambda p: _is_dump(p) or is_text_dump(p), what)
     rows = RowSet(files=files)
+    text = [f for f in files if f.suffix == ".txt"]
+    if text:  # (AReaL before v0.5.2: areal_text)
+        if len(text) < len(files):
+            raise DumpError(
+                f"{text[0]}: text dumps (AReaL before v0.5.2) and JSONL ones together; import them apart"
+            )
+        read_text(text, rows, opts.tokenizer)
+        return rows, FormatFacts()
     texts: list[tuple[str, str]] = []
     seen: dict[tuple[int, int, int], str] = {}  # (tail_version, task_id, sample_idx) -> where
     for path in files:
