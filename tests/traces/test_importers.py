@@ -621,6 +621,17 @@ def test_areal_ranks_appending_to_one_file_are_refused(tmp_path: Path) -> None:
     assert "sample_idx 0 of task 10 at version 1 again" in line and "data-parallel ranks" in line
 
 
+def has_the_plan(trace: Any) -> None:
+    """A text dump of PLAN imported with the fixture tokenizer: its groups, lengths and
+    truncations exactly, and token ids for prompts and responses."""
+    df = trace.df
+    assert len(df) == 24 and trace.meta.group_size == 4
+    got = sorted(zip(df["step"], df["prompt_len"], df["response_len"], strict=True))
+    assert got == sorted((s, len(PROMPTS[p]), n) for s, p, _, n in PLAN)
+    assert (df["finish_reason"] == "length").sum() == N_CLIPPED
+    assert trace.has_tokens() and "prompt_tokens" in trace.lists  # (the prompts encode to their lengths)
+
+
 def test_nemo_rl_before_0_6_imports_from_text_with_a_tokenizer(tmp_path: Path, tokenizer_dir: Path) -> None:
     """v0.2.1-v0.5.0 wrote no token ids: `content` holds the prompt's rendered messages and
     the response's text, and `input_lengths` the prompt and generated tokens (the EOS of a
@@ -646,12 +657,7 @@ def test_nemo_rl_before_0_6_imports_from_text_with_a_tokenizer(tmp_path: Path, t
     assert "field 'token_ids' missing (NeMo-RL before 0.6.0 dumps text only: pass --tokenizer" in line
     extra = ("--max-tokens", str(BUDGET), "--tokenizer", str(tokenizer_dir))
     trace, out = import_ok(tmp_path, "nemo-rl", root, extra=extra)
-    df = trace.df
-    assert len(df) == 24 and trace.meta.group_size == 4
-    got = sorted(zip(df["step"], df["prompt_len"], df["response_len"], strict=True))
-    assert got == sorted((s, len(PROMPTS[p]), n) for s, p, _, n in PLAN)
-    assert (df["finish_reason"] == "length").sum() == N_CLIPPED
-    assert trace.has_tokens() and "prompt_tokens" in trace.lists  # (the prompts encode to their lengths)
+    has_the_plan(trace)
     assert trace.meta.notes["import"]["prompt_tokens_matching_rows"] == 24
     replays(out)
 
@@ -745,12 +751,8 @@ def test_areal_before_0_5_2_text_dumps(tmp_path: Path, tokenizer_dir: Path) -> N
     assert "--tokenizer" in import_fails(tmp_path, "areal", dump, extra=("--max-tokens", str(BUDGET)))
     extra = ("--max-tokens", str(BUDGET), "--tokenizer", str(tokenizer_dir))
     trace, out = import_ok(tmp_path, "areal", dump, extra=extra)
-    df = trace.df
-    assert len(df) == 24 and trace.meta.group_size == 4
-    got = sorted(zip(df["step"], df["prompt_len"], df["response_len"], strict=True))
-    assert got == sorted((s, len(PROMPTS[p]), n) for s, p, _, n in PLAN)
-    assert df["reward"].sum() == 6 and (df["finish_reason"] == "length").sum() == N_CLIPPED
-    assert trace.has_tokens() and "prompt_tokens" in trace.lists
+    has_the_plan(trace)
+    assert trace.df["reward"].sum() == 6
     replays(out)
     # a prompt drawn twice at one version appends a second episode: a group of its own
     again, _ = import_ok(tmp_path, "areal", write_areal_text(tmp_path / "again", again=True), extra=extra)
