@@ -24,6 +24,7 @@ run directory, which the driver reads while it waits (simctl.sweep_progress).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -48,7 +49,6 @@ from simctl.sweep_progress import SweepTally, step_file
 from simctl.sweep_spec import Point, SweepSpec
 from simctl.sweep_transfer import (
     RunFiles,
-    file_digest,
     local_trace,
     read_run_files,
     scratch_dir,
@@ -135,12 +135,16 @@ def run_point(task: PointTask) -> PointResult:
         with scratch_dir() as scratch:
             files = _run_point(task, Path(scratch))
     except Exception as exc:  # reported by the driver, with the point's id
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        return {"point_id": task["point_id"], "error": first, "wall_s": time.perf_counter() - t0}
+        return {"point_id": task["point_id"], "error": _first_line(exc), "wall_s": time.perf_counter() - t0}
     result: PointResult = {"point_id": task["point_id"], "error": None, "wall_s": time.perf_counter() - t0}
     if files is not None:
         result["run_files"] = files
     return result
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message as one line (its type's name where it has none)."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _fetch_trace(task: PointTask) -> Callable[[], bytes] | None:
@@ -288,7 +292,8 @@ def send_traces(tasks: Sequence[PointTask], token: str) -> list[PointTask]:
 
     sent: dict[str, tuple[str, Any]] = {}
     for path in dict.fromkeys(t["trace_path"] for t in tasks):
-        sent[path] = (file_digest(Path(path)), ray.put(Path(path).read_bytes()))
+        data = Path(path).read_bytes()  # (read once: hashed and sent)
+        sent[path] = (hashlib.sha256(data).hexdigest(), ray.put(data))
     joined = {"run_token": token, "code": code_fingerprint()}
     tasks_sent: list[PointTask] = []
     for task in tasks:
@@ -307,8 +312,7 @@ def receiving(out: Path, done: Done) -> Done:
             try:
                 write_run_files(out / POINTS / result["point_id"], files)
             except (OSError, ValueError) as exc:
-                first = (str(exc).splitlines() or [type(exc).__name__])[0]
-                result = {**result, "error": f"writing the run directory sent: {first}"}
+                result = {**result, "error": f"writing the run directory sent: {_first_line(exc)}"}
         done(result)
 
     return receive
@@ -395,9 +399,8 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[bool
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except ConnectionError as exc:
-            first = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise SweepError(
-                f"--ray-address {address}: {first} (`ray start` turns token authentication on by "
+                f"--ray-address {address}: {_first_line(exc)} (`ray start` turns token authentication on by "
                 "default from Ray 2.59: then set RAY_AUTH_MODE=token here too, with the "
                 "cluster's token in RAY_AUTH_TOKEN or where `ray get-auth-token` finds it)"
             ) from None

@@ -59,11 +59,7 @@ def _attach_tokens(rows: RowSet, texts: list[tuple[str, str]], tokenizer: Path) 
     for i, (name, lengths) in enumerate(
         (("prompt_tokens", rows.prompt_len), ("response_tokens", rows.response_len))
     ):
-        ids = tok.encode([t[i] for t in texts])
-        agree = sum(len(x) == n for x, n in zip(ids, lengths, strict=True))
-        rows.notes[f"{name}_matching_rows"] = agree
-        if agree == len(ids):
-            setattr(rows, name, ids)
+        rows.keep_tokens(name, tok.encode([t[i] for t in texts]), lengths)
 
 
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:

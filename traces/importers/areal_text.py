@@ -41,61 +41,66 @@ def is_text_dump(path: Path) -> bool:
 def read_text(files: list[Path], rows: RowSet, tokenizer: Path | None) -> None:
     """Add every record of `files` to `rows`, with token columns where they agree."""
     tok = load_tokenizer(tokenizer, "areal (.txt, before v0.5.2)")
-    prompts: list[str] = []
-    completions: list[str] = []
-    seqlens: list[int] = []
-    for path in files:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise DumpError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        episode, pos, number = -1, 0, 1
-        for match in _RECORD.finditer(text):
-            if match.start() != pos:
-                raise DumpError(f"{path} line {number}: not an 'idx: i / n, seqlen: S, reward is R.' record")
-            where = f"{path} line {number}"
-            number += match.group(0).count("\n")
-            pos = match.end()
-            idx, seqlen = int(match.group(1)), int(match.group(3))
-            if idx == 1:
-                episode += 1
-            try:
-                value = float(match.group(4))
-            except ValueError:
-                raise DumpError(f"{where}: reward {match.group(4)!r} is not a number") from None
-            rows.add(
-                where,
-                step=int(path.parent.name),
-                group=f"{path}#{episode}",
-                prompt=match.group(5),
-                order=idx,
-                prompt_len=1,  # (set below, once the prompts are encoded)
-                response_len=1,
-                reward=as_reward(value, "reward", where, rows),
-            )
-            prompts.append(match.group(5))
-            completions.append(match.group(6))
-            seqlens.append(seqlen)
-        if pos != len(text):
-            raise DumpError(f"{path} line {number}: not an 'idx: i / n, seqlen: S, reward is R.' record")
-    _lengths(rows, tok.encode(prompts), tok.encode(completions), seqlens)
-
-
-def _lengths(
-    rows: RowSet, prompts: list[list[int]], completions: list[list[int]], seqlens: list[int]
-) -> None:
-    """Prompt lengths as encoded, response lengths what `seqlen` leaves; token columns: the
-    prompts' ids, and the completions' where each encodes to its response length."""
-    for i, (ids, seqlen) in enumerate(zip(prompts, seqlens, strict=True)):
+    records = [record for path in files for record in _records(path)]
+    prompts = tok.encode([r[4] for r in records])
+    for (where, step, group, idx, prompt, seqlen, reward, _), ids in zip(records, prompts, strict=True):
         if not 1 <= len(ids) < seqlen:
             raise DumpError(
-                f"{rows.where[i]}: seqlen {seqlen} leaves no response beside the prompt's {len(ids)} "
+                f"{where}: seqlen {seqlen} leaves no response beside the prompt's {len(ids)} "
                 "tokens (as --tokenizer encodes it)"
             )
-        rows.prompt_len[i] = len(ids)
-        rows.response_len[i] = seqlen - len(ids)
-    rows.prompt_tokens = prompts
-    agree = sum(len(x) == n for x, n in zip(completions, rows.response_len, strict=True))
-    rows.notes["response_tokens_matching_rows"] = agree
-    rows.response_tokens = completions if agree == len(completions) else None
+        rows.add(
+            where,
+            step=step,
+            group=group,
+            prompt=prompt,
+            order=idx,
+            prompt_len=len(ids),
+            response_len=seqlen - len(ids),
+            reward=as_reward(reward, "reward", where, rows),
+        )
+    rows.prompt_tokens = prompts  # (their lengths are the prompt lengths)
+    rows.keep_tokens("response_tokens", tok.encode([r[7] for r in records]), rows.response_len)
     rows.notes["tokens"] = "encoded again from the dump's text (AReaL before v0.5.2)"
+
+
+# (where, step, group, idx, prompt, seqlen, reward, completion)
+Record = tuple[str, int, str, int, str, int, float, str]
+
+
+def _records(path: Path) -> list[Record]:
+    """A file's records, in order; one-line errors for anything else in it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DumpError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    out: list[Record] = []
+    episode, pos, number = -1, 0, 1
+    for match in _RECORD.finditer(text):
+        if match.start() != pos:
+            break
+        where = f"{path} line {number}"
+        number += match.group(0).count("\n")
+        pos = match.end()
+        idx = int(match.group(1))
+        episode += idx == 1  # (an episode's records start at idx 1)
+        try:
+            reward = float(match.group(4))
+        except ValueError:
+            raise DumpError(f"{where}: reward {match.group(4)!r} is not a number") from None
+        group = f"{path}#{episode}"
+        out.append(
+            (
+                where,
+                int(path.parent.name),
+                group,
+                idx,
+                match.group(5),
+                int(match.group(3)),
+                reward,
+                match.group(6),
+            )
+        )
+    if pos != len(text):
+        raise DumpError(f"{path} line {number}: not an 'idx: i / n, seqlen: S, reward is R.' record")
+    return out

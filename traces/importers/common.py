@@ -137,6 +137,15 @@ class RowSet:
         self.reward.append(reward)
         self.epoch.append(epoch)
 
+    def keep_tokens(self, name: str, ids: list[list[int]], lengths: list[int]) -> None:
+        """Token ids encoded again from a dump's text become column `name` (prompt_tokens,
+        response_tokens) only where every row's ids have its recorded length: ids of another
+        count would contradict the lengths. The notes count the rows that agree
+        (`<name>_matching_rows`)."""
+        agree = sum(len(x) == n for x, n in zip(ids, lengths, strict=True))
+        self.notes[f"{name}_matching_rows"] = agree
+        setattr(self, name, ids if agree == len(ids) else None)
+
     def __len__(self) -> int:
         return len(self.step)
 

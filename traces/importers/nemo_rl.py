@@ -162,8 +162,5 @@ def _text_prompt_tokens(rows: RowSet, texts: list[str], tok: TextTokenizer | Non
     if rows.prompt_tokens or tok is None:  # (token ids and text in one import: keep neither)
         rows.prompt_tokens = None
         return
-    ids = tok.encode(texts)
-    agree = sum(len(x) == n for x, n in zip(ids, rows.prompt_len, strict=True))
-    rows.notes["prompt_tokens_matching_rows"] = agree
-    rows.prompt_tokens = ids if agree == len(ids) else None
+    rows.keep_tokens("prompt_tokens", tok.encode(texts), rows.prompt_len)
     rows.notes["tokens"] = "responses (and prompts, where they agree) encoded again from the dump's text"

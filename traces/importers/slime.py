@@ -94,7 +94,10 @@ def load(path: Path) -> Any:
             unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
         except Exception:
             unsafe = []
-        allowed = {name for item in _allowed() if isinstance(item, tuple) for name in item[1:]}
+        allowed = {
+            item[1] if isinstance(item, tuple) else f"{item.__module__}.{item.__qualname__}"
+            for item in _allowed()
+        }
         unsafe = [u for u in unsafe if u not in allowed]
         why = f"it would build {', '.join(unsafe[:3])}" if unsafe else f"it failed ({first[:160]})"
         raise DumpError(
