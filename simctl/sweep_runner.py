@@ -49,7 +49,9 @@ from simctl.sweep_progress import SweepTally, step_file
 from simctl.sweep_spec import Point, SweepSpec
 from simctl.sweep_transfer import (
     RunFiles,
+    local_policy_spec,
     local_trace,
+    plugin_file,
     read_run_files,
     scratch_dir,
     sees_sweep_dir,
@@ -98,6 +100,9 @@ class PointTask(TypedDict):
     # SHA-256 and its bytes in the object store, and the token of this run's sweep.json
     trace_digest: str | None
     trace_ref: Any
+    # and a plug-in policy file's (`--plugin file.py:Class`), likewise
+    plugin_digest: str | None
+    plugin_ref: Any
     run_token: str | None
     code: str | None  # the driver's simctl (code_fingerprint): a node must run the same
 
@@ -147,9 +152,8 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
-def _fetch_trace(task: PointTask) -> Callable[[], bytes] | None:
-    """How to get the trace's bytes the driver put in Ray's object store (None: it did not)."""
-    ref = task.get("trace_ref")
+def _fetch(ref: Any) -> Callable[[], bytes] | None:
+    """How to get the bytes the driver put in Ray's object store as `ref` (None: it did not)."""
     if ref is None:
         return None
 
@@ -199,7 +203,9 @@ def _run_point(task: PointTask, scratch: Path) -> RunFiles | None:
             f"this node's simctl (code {code_fingerprint()[:12]}) is not the driver's ({code[:12]}): "
             "install the same simctl on every node"
         )
-    trace_path = local_trace(task["trace_path"], task.get("trace_digest"), _fetch_trace(task))
+    trace_path = local_trace(task["trace_path"], task.get("trace_digest"), _fetch(task.get("trace_ref")))
+    plugin = task.get("plugin_digest"), _fetch(task.get("plugin_ref"))
+    policy_spec = local_policy_spec(task["policy_spec"], *plugin)
     setup = _setup(task, trace_path)
     shared = sees_sweep_dir(Path(task["out"]), MANIFEST, task.get("run_token"))
     out = Path(task["out"]) if shared else scratch / "run"
@@ -219,7 +225,7 @@ def _run_point(task: PointTask, scratch: Path) -> RunFiles | None:
 
         run = run_policy(
             setup,
-            task["policy_spec"],
+            policy_spec,
             on_step=lambda _name, step: log.step(step),
             resume=resume,
             after_step=after_step,
@@ -278,27 +284,37 @@ def make_task(out: Path, point: Point, command: str, checkpoint_s: float | None 
         "checkpoint_s": None if point.task_spec else checkpoint_s,
         "trace_digest": None,
         "trace_ref": None,
+        "plugin_digest": None,
+        "plugin_ref": None,
         "run_token": None,
         "code": None,
     }
 
 
-def send_traces(tasks: Sequence[PointTask], token: str) -> list[PointTask]:
-    """The tasks for a joined Ray cluster (simctl.sweep_transfer): each trace file put in
-    Ray's object store once, with its SHA-256, this run's token of the sweep directory, and
-    the fingerprint of this simctl (a node that runs another version refuses the point,
-    rather than mixing its results into the table)."""
+def send_inputs(tasks: Sequence[PointTask], token: str) -> list[PointTask]:
+    """The tasks for a joined Ray cluster (simctl.sweep_transfer): each trace file and each
+    plug-in policy file put in Ray's object store once, with its SHA-256, this run's token
+    of the sweep directory, and the fingerprint of this simctl (a node that runs another
+    version refuses the point, rather than mixing its results into the table)."""
     import ray
 
     sent: dict[str, tuple[str, Any]] = {}
-    for path in dict.fromkeys(t["trace_path"] for t in tasks):
-        data = Path(path).read_bytes()  # (read once: hashed and sent)
-        sent[path] = (hashlib.sha256(data).hexdigest(), ray.put(data))
+
+    def send(path: str) -> tuple[str, Any]:
+        if path not in sent:
+            data = Path(path).read_bytes()  # (read once: hashed and sent)
+            sent[path] = (hashlib.sha256(data).hexdigest(), ray.put(data))
+        return sent[path]
+
     joined = {"run_token": token, "code": code_fingerprint()}
     tasks_sent: list[PointTask] = []
     for task in tasks:
-        digest, ref = sent[task["trace_path"]]
-        tasks_sent.append(cast(PointTask, {**task, "trace_digest": digest, "trace_ref": ref, **joined}))
+        digest, ref = send(task["trace_path"])
+        extra: dict[str, Any] = {"trace_digest": digest, "trace_ref": ref, **joined}
+        plugin = plugin_file(task["policy_spec"])
+        if plugin is not None:
+            extra["plugin_digest"], extra["plugin_ref"] = send(plugin)
+        tasks_sent.append(cast(PointTask, {**task, **extra}))
     return tasks_sent
 
 
@@ -646,7 +662,7 @@ def run_sweep(
     with tally.watching(POLL_S if tasks and progress else None):
         if tasks and use_ray:
             with local_ray(workers, ray_address) as joined:
-                run_ray(send_traces(tasks, token) if joined else tasks, workers, receiving(out, tally.done))
+                run_ray(send_inputs(tasks, token) if joined else tasks, workers, receiving(out, tally.done))
         elif tasks:
             run_pool(tasks, workers or default_workers(), tally.done)
     failed = [cast(PointResult, r) for r in tally.failed]

@@ -9,6 +9,11 @@ joined cluster:
   bytes there once, with their SHA-256, and a task reads the file at the driver's path only
   when it is there with that digest (a shared file system); otherwise it writes the bytes
   it got to a cache file of its node, named by the digest, and reads that;
+- so does a plug-in policy's file (`--plugin file.py:Class`), the same way: its source
+  text, as the user wrote it (never a pickled object), loaded on the node from the cache
+  copy where the node does not have the driver's file. A plug-in module
+  (`--plugin pkg.module:Class`) is not sent: like simctl itself, it is installed on every
+  node;
 - a task writes into the sweep directory only when it sees it: the sweep's `sweep.json`
   there holds the token of this very run (`run_token`). Otherwise it builds the run
   directory in a temporary folder of its node and returns its files (`RunFiles`), which
@@ -64,17 +69,19 @@ def trace_cache_dir() -> Path:
     return path
 
 
-def local_trace(path: str, digest: str | None, fetch: Callable[[], bytes] | None) -> Path:
-    """The file to read a task's trace from on this node: the driver's `path` where it
-    holds the bytes of `digest` (or no digest was given: a local sweep), else the cache
-    file of the bytes the driver sent (`fetch` gets them from the object store, only when
-    needed). FileNotFoundError, one line, with neither."""
+def local_trace(
+    path: str, digest: str | None, fetch: Callable[[], bytes] | None, suffix: str = ".parquet"
+) -> Path:
+    """The file to read a task's trace (or plug-in file: `suffix` ".py") from on this node:
+    the driver's `path` where it holds the bytes of `digest` (or no digest was given: a
+    local sweep), else the cache file of the bytes the driver sent (`fetch` gets them from
+    the object store, only when needed). FileNotFoundError, one line, with neither."""
     here = Path(path)
     if digest is None or (here.is_file() and file_digest(here) == digest):
         return here
     if fetch is None:
         raise FileNotFoundError(f"{path}: not on this node with the driver's contents, and not sent")
-    cached = trace_cache_dir() / f"{digest}.parquet"
+    cached = trace_cache_dir() / f"{digest}{suffix}"
     if cached.is_file() and file_digest(cached) == digest:
         return cached
     sent = fetch()
@@ -83,6 +90,23 @@ def local_trace(path: str, digest: str | None, fetch: Callable[[], bytes] | None
         raise ValueError(f"{path}: the bytes sent have SHA-256 {got[:12]}, not the driver's {digest[:12]}")
     atomic_write(cached, lambda tmp: tmp.write_bytes(sent))
     return cached
+
+
+def plugin_file(policy_spec: str) -> str | None:
+    """The file of a plug-in policy spec (`/abs/file.py:Class[:args]`, as the sweep's tasks
+    carry it), None for anything else (a built-in name, `pkg.module:Class`)."""
+    head, sep, _ = policy_spec.partition(":")
+    return head if sep and (head.endswith(".py") or "/" in head or "\\" in head) else None
+
+
+def local_policy_spec(policy_spec: str, digest: str | None, fetch: Callable[[], bytes] | None) -> str:
+    """`policy_spec` with its plug-in file replaced by this node's copy (`local_trace`)
+    where the node does not have the driver's."""
+    path = plugin_file(policy_spec)
+    if path is None or digest is None:
+        return policy_spec
+    here = local_trace(path, digest, fetch, ".py")
+    return str(here) + policy_spec[len(path) :]
 
 
 def sees_sweep_dir(run_dir: Path, manifest: str, token: str | None) -> bool:

@@ -471,7 +471,7 @@ def test_joined_cluster_without_shared_files(
     spec = load_spec(folder / "sweep.toml")
     away, elsewhere = tmp_path / "away.parquet", tmp_path / "node"
     sent: list[runner.PointTask] = []
-    send = runner.send_traces
+    send = runner.send_inputs
 
     def send_then_hide(tasks, token):
         got = send(tasks, token)
@@ -481,7 +481,7 @@ def test_joined_cluster_without_shared_files(
         sent.extend(got)
         return got
 
-    monkeypatch.setattr(runner, "send_traces", send_then_hide)
+    monkeypatch.setattr(runner, "send_inputs", send_then_hide)
     out = tmp_path / "sweep"
     calls: list[tuple[int, int, float, float]] = []
     try:
@@ -498,3 +498,57 @@ def test_joined_cluster_without_shared_files(
     assert _complete(folder / "sweep.toml", out) == 8
     table = _table(folder / "sweep.toml", out)
     pd.testing.assert_frame_equal(_without_times(table), _without_times(pool_sweep[1]))
+
+
+def test_joined_cluster_runs_a_plugin_file_the_nodes_lack(
+    ray_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--plugin file.py:Class` on a joined cluster whose nodes do not have that file: its
+    source goes through the object store like the trace, and the points give the table a
+    local pool gives with the file in place."""
+    import simctl.sweep_runner as runner
+    from simctl.sweep_transfer import file_digest, trace_cache_dir
+
+    plugin = tmp_path / "mine" / "shortest_first.py"
+    plugin.parent.mkdir()
+    shutil.copy(ROOT / "docs/examples/shortest_first.py", plugin)
+    spec_path = tmp_path / "sweep.toml"
+    spec_path.write_text(
+        f'''[sweep]
+traces = ["{ROOT / SAMPLE}"]
+steps = "0:1"
+clusters = ["a100x8:tp1"]
+[policies]
+shortest-first = {{ default_len = [128, 512] }}
+'''
+    )
+    plugins = [f"{plugin}:ShortestFirst"]
+    pool = tmp_path / "pool"
+    assert run_sweep(load_spec(spec_path, plugins), pool, workers=1, use_ray=False).ran == 2
+    away, digest = tmp_path / "away.py", file_digest(plugin)
+    sent: list[runner.PointTask] = []
+    send = runner.send_inputs
+
+    def send_then_hide(tasks, token):
+        got = send(tasks, token)
+        os.rename(plugin, away)  # the nodes do not have the plug-in's file
+        sent.extend(got)
+        return got
+
+    monkeypatch.setattr(runner, "send_inputs", send_then_hide)
+    out = tmp_path / "sweep"
+    try:
+        result = run_sweep(load_spec(spec_path, plugins), out, workers=2, use_ray=True)
+    finally:
+        os.rename(away, plugin)
+        (trace_cache_dir() / f"{digest}.py").unlink(missing_ok=True)
+    assert (result.ran, result.backend) == (2, "ray")
+    assert {t["plugin_digest"] for t in sent} == {digest}
+    tables = []
+    for folder in (pool, out):
+        tables.append(_without_times(sweep_tables(load_spec(spec_path, plugins), folder)[0]))
+    assert sorted(zip(tables[1]["policy"], tables[1]["param_default_len"], strict=True)) == [
+        ("shortest-first", 128),
+        ("shortest-first", 512),
+    ]
+    pd.testing.assert_frame_equal(tables[0], tables[1])

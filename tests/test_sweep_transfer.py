@@ -16,7 +16,9 @@ import pytest
 from simctl.sweep_runner import SweepError, check_reachable, local_ray
 from simctl.sweep_transfer import (
     file_digest,
+    local_policy_spec,
     local_trace,
+    plugin_file,
     read_run_files,
     sees_sweep_dir,
     trace_cache_dir,
@@ -73,6 +75,35 @@ def test_the_sent_bytes_are_read_otherwise_and_cached(tmp_path: Path, node_has: 
     assert stat.S_IMODE(trace_cache_dir().stat().st_mode) == 0o700
     if node_has == "another file":
         assert path.read_bytes() == b"a stale copy under the same name"  # left alone
+
+
+@pytest.mark.parametrize(
+    ("spec", "file"),
+    [
+        ("/home/u/my_policy.py:Mine", "/home/u/my_policy.py"),
+        ("/home/u/my_policy.py:Mine:gamma=4,seed=1", "/home/u/my_policy.py"),
+        ("/srv/plugins/policy:Mine", "/srv/plugins/policy"),
+        ("pkg.module:Mine", None),  # installed on every node, never sent
+        ("ngram:gamma=4", None),
+        ("verl", None),
+    ],
+)
+def test_which_policy_specs_name_a_file(spec: str, file: str | None) -> None:
+    assert plugin_file(spec) == file
+
+
+def test_a_plugin_file_the_node_lacks_is_loaded_from_the_bytes_sent(tmp_path: Path) -> None:
+    source = b"class Mine: ...\n"
+    path = tmp_path / "my_policy.py"
+    digest = hashlib.sha256(source).hexdigest()
+    calls: list[int] = []
+    spec = f"{path}:Mine:gamma=4"
+    got = local_policy_spec(spec, digest, _fetcher(source, calls))
+    cached = trace_cache_dir() / f"{digest}.py"
+    assert got == f"{cached}:Mine:gamma=4" and cached.read_bytes() == source and calls == [1]
+    path.write_bytes(source)  # a node that has the driver's file (a shared file system)
+    assert local_policy_spec(spec, digest, _fetcher(source, calls)) == spec and calls == [1]
+    assert local_policy_spec("ngram:gamma=4", None, None) == "ngram:gamma=4"
 
 
 def test_neither_file_nor_bytes_is_one_line(tmp_path: Path) -> None:
