@@ -761,3 +761,215 @@ def test_areal_before_0_5_2_text_dumps(tmp_path: Path, tokenizer_dir: Path) -> N
     (dump / "1" / "q0.txt").write_text("idx: 1 / 4, seqlen: 9, reward is 1.0.\nsomething else\n")
     line = import_fails(tmp_path, "areal", dump, extra=extra)
     assert line.endswith("q0.txt line 1: not an 'idx: i / n, seqlen: S, reward is R.' record")
+
+
+# --- fan-out, dict rewards, multi-turn (each as its release's writer code makes it) ---------
+
+
+def import_said(tmp_path: Path, fmt: str, path: Path, *extra: str) -> tuple[Any, str]:
+    """`import_ok`, and what the command printed (stdout and stderr)."""
+    out = tmp_path / f"{fmt}-said.parquet"
+    res = run("trace", "import", fmt, str(path), "-o", str(out), "--model", MODEL, *extra)
+    assert res.exit_code == 0, res.output
+    return load_valid_trace(out), res.output
+
+
+def write_slime_fanout(root: Path, field: str, fan: Any) -> Path:
+    """A compact / sub-agent rollout (slime v0.3.0 on): the custom generate function returns
+    `fan(sample)` siblings per input sample, copies of it (same `group_index` and `index`)
+    carrying the input's `index` in `field` (`rollout_id`; `group_id` in v0.3.0), flattened
+    in order as `_get_rollout_data` does."""
+    torch = pytest.importorskip("torch")
+    root.mkdir()
+    for step in (1, 2):
+        samples = []
+        for i, (_, p, k, n) in enumerate(r for r in PLAN if r[0] == step):
+            base = {**slime_sample(p, k, n, i, n == BUDGET), field: None}
+            samples += [{**sibling, field: i} for sibling in fan(base)]
+        torch.save({"rollout_id": step, "samples": samples}, root / f"{step}.pt")
+    return root
+
+
+@pytest.mark.parametrize("field", ["rollout_id", "group_id"])
+def test_slime_fanned_out_rollouts_of_different_sizes(tmp_path: Path, field: str) -> None:
+    """`compact_generate` (slime/rollout/_fanout_test_helpers.py) fans sample `index` out to
+    1 + index % 3 deep copies: the groups hold 7 to 9 samples, which no trace can hold, so
+    the refusal names the shared field and `--group-size 1`, which keeps every sample."""
+    copies = [1 + i % 3 for i in range(12)]  # (by the sample's index in its step, 0..11)
+    dump = write_slime_fanout(tmp_path / "d", field, lambda s: [s] * copies[s["index"]])
+    line = import_fails(tmp_path, "slime", dump, extra=("--max-tokens", "16"))
+    assert line == (
+        f"Error: {dump / '1.pt'} sample 1: field '{field}' 1 is shared by 2 samples (a fan-out: one "
+        "rollout split into several training samples), so the prompt groups (group_index) hold 7, 8, 9 "
+        "samples, and a trace's groups are all one size; pass --group-size 1 to import each sample as a "
+        "group of its own"
+    )
+    trace, _ = import_ok(tmp_path, "slime", dump, extra=("--max-tokens", "16", "--group-size", "1"))
+    assert trace.meta.group_size == 1 and trace.meta.notes["import"]["dropped_rows"] == 0
+    expected = [n for i, (*_, n) in enumerate(PLAN) for _ in range(copies[i % 12])]
+    assert sorted(trace.df["response_len"]) == sorted(expected) and len(expected) == 48
+    note = trace.meta.notes["import"]
+    assert (note["fanout_rollouts"], note["fanout_samples"]) == (16, 40)
+
+
+def test_slime_fan_out_of_one_size_keeps_the_prompt_groups(tmp_path: Path) -> None:
+    """Every rollout split in two (`TrajectoryManager`: a chain, then a fork whose first
+    prompt is longer and whose response is its own): each group holds its 4 rollouts' 8
+    samples, each a response of its prompt's group."""
+
+    def fork(s: dict[str, Any]) -> list[dict[str, Any]]:
+        n = max(1, s["response_length"] - 2)
+        prompt = [*s["tokens"][: -s["response_length"]], 60, 61]
+        forked = {**s, "tokens": prompt + response_ids(7, n), "response_length": n, "status": "completed"}
+        return [s, {**forked, "loss_mask": [1] * n, "rollout_log_probs": [-0.5] * n}]
+
+    dump = write_slime_fanout(tmp_path / "d", "rollout_id", fork)
+    trace, _ = import_ok(tmp_path, "slime", dump, extra=("--max-tokens", "16"))
+    df = trace.df
+    assert len(df) == 48 and trace.meta.group_size == 8
+    assert df.groupby("step")["prompt_id"].apply(set).tolist() == [{stable_id(tuple(p)) for p in PROMPTS}] * 2
+    assert sorted(df["prompt_len"]) == sorted(len(PROMPTS[p]) + x for _, p, _, _ in PLAN for x in (0, 2))
+    assert sorted(df["response_len"]) == sorted(m for *_, n in PLAN for m in (n, max(1, n - 2)))
+    note = trace.meta.notes["import"]
+    assert (note["fanout_rollouts"], note["fanout_samples"]) == (24, 48)
+
+
+def test_slime_dict_rewards_and_reward_key(tmp_path: Path) -> None:
+    """`--rm-type dapo` rewards are `{"score": 1.0 or -1.0, "acc": bool, "pred": text}`, of
+    which slime trains on `reward[--reward-key]`."""
+    torch = pytest.importorskip("torch")
+    dump = write_slime(tmp_path / "d")
+    for step in (1, 2):
+        pack = torch.load(dump / f"{step}.pt", weights_only=True)
+        for s in pack["samples"]:
+            s["reward"] = {"score": 1.0 if s["reward"] else -1.0, "acc": bool(s["reward"]), "pred": "42"}
+        torch.save(pack, dump / f"{step}.pt")
+    trace, said = import_said(tmp_path, "slime", dump, "--max-tokens", "16")
+    assert "rewards left out: 24 are dicts; pass --reward-key KEY" in said
+    assert "reward" not in trace.df.columns and trace.meta.notes["import"]["reward_dicts"] == 24
+    keyed, _ = import_ok(tmp_path, "slime", dump, extra=("--max-tokens", "16", "--reward-key", "score"))
+    assert keyed.df["reward"].sum() == 6 - 18 and keyed.meta.notes["import"]["reward_key"] == "score"
+    pd.testing.assert_frame_equal(keyed.df.drop(columns="reward"), trace.df)
+    line = import_fails(tmp_path, "slime", dump, extra=("--max-tokens", "16", "--reward-key", "nope"))
+    assert line == (
+        f"Error: {dump / '1.pt'} sample 0: field 'reward' has no key 'nope' (--reward-key; its keys: "
+        "acc, pred, score)"
+    )
+    line = import_fails(tmp_path, "slime", dump, extra=("--max-tokens", "16", "--reward-key", "pred"))
+    assert line.endswith("1.pt sample 0: field 'reward[pred]' is '42', expected a number")
+    pack = torch.load(dump / "1.pt", weights_only=True)
+    pack["samples"][3]["reward"]["score"] = float("nan")
+    torch.save(pack, dump / "1.pt")
+    nan, _ = import_ok(tmp_path, "slime", dump, extra=("--max-tokens", "16", "--reward-key", "score"))
+    assert "reward" not in nan.df.columns and nan.meta.notes["import"]["rewards_not_finite"] == 1
+    _, said = import_said(
+        tmp_path, "areal", write_areal(tmp_path / "a"), "--max-tokens", "12", "--reward-key", "x"
+    )
+    assert "--reward-key not used: areal rewards are numbers" in said
+
+
+# generated tokens of each turn of a group's 4 responses, BUDGET a turn: one turn; two, longer
+# than a turn's budget together; three; two, the last cut at its budget
+TURNS = [[5], [BUDGET, 7], [BUDGET, BUDGET, 3], [4, BUDGET]]
+
+
+def test_nemo_rl_multi_turn_responses(tmp_path: Path) -> None:
+    """`run_multi_turn_rollout` appends each turn's assistant message, then the environment's
+    observation (after the last turn too); GRPO's `token_loss_mask` is 1 on the generated
+    messages. A response is its turns, and its budget theirs."""
+    root = tmp_path / "logs"
+    root.mkdir()
+    lines = []
+    for p in range(2):
+        for k, turns in enumerate(TURNS):
+            seq, mask, content = list(PROMPTS[p]), [0] * len(PROMPTS[p]), [words(PROMPTS[p])]
+            for t, n in enumerate(turns):
+                out, obs = response_ids(k * 3 + t, n), [70 + t, 71, 72]
+                seq, mask, content = (
+                    seq + out + obs,
+                    [*mask, *[1] * n, 0, 0, 0],
+                    [*content, words(out), words(obs)],
+                )
+            pad = 50 - len(seq)
+            lines.append(
+                {
+                    "content": [content],
+                    "rewards": [float(k)],
+                    "input_lengths": [len(seq)],
+                    "token_ids": [seq + [0] * pad],
+                    "token_loss_mask": [mask + [0] * pad],
+                    "sample_loss_mask": [1.0],
+                    "advantages": [[0.5] * 50],
+                    "idx": len(lines),
+                }
+            )
+    path = root / "train_data_step1.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    trace, out = import_ok(tmp_path, "nemo-rl", root, extra=("--max-tokens", str(BUDGET)))
+    df = trace.df
+    assert trace.meta.group_size == 4 and len(df) == 8
+    got = sorted(zip(df["response_len"], df["max_tokens"], df["finish_reason"], strict=True))
+    # (response_len, max_tokens, finish_reason): 2 or 3 turns' budgets; the cut one at its length
+    assert got == sorted([(5, 12, "stop"), (19, 24, "stop"), (27, 36, "stop"), (16, 16, "length")] * 2)
+    assert trace.meta.notes["import"]["turns"] == {"1": 2, "2": 4, "3": 2}
+    vals, off = trace.token_arrays("response_tokens")
+    i = int(np.flatnonzero(df["response_len"].to_numpy() == 27)[0])
+    assert vals[off[i] : off[i + 1]].tolist() == [
+        t for j in range(3) for t in response_ids(6 + j, TURNS[2][j])
+    ]
+    replays(out)
+    lines[1]["token_loss_mask"][0][len(PROMPTS[0]) + BUDGET] = 1  # (its first turn one token longer)
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    line = import_fails(tmp_path, "nemo-rl", root, extra=("--max-tokens", str(BUDGET)))
+    assert line.startswith(f"Error: {path} line 2: ")
+    assert line.endswith(": turn 1 of 2 generated 13 tokens, above --max-tokens 12 (the budget of a turn)")
+
+
+def test_areal_multi_turn_responses(tmp_path: Path) -> None:
+    """`MultiTurnWorkflow` episodes as `_dump_trajectory` writes them: the sequence is the
+    prompt, then each output with the retry message before the next; `prompt_len` is the
+    sequence less the outputs, so the turns are not dumped, and a response longer than a
+    turn's budget is given the fewest turns that hold it."""
+    retry = [80, 81, 82, 83]
+    d = tmp_path / "log" / "rollout" / "1"
+    d.mkdir(parents=True)
+    for p in range(2):
+        records = []
+        for k, turns in enumerate(TURNS):
+            seq = list(PROMPTS[p])
+            for t, n in enumerate(turns):
+                seq += (retry if t else []) + response_ids(k * 3 + t, n)
+            end = len(seq) - sum(turns)  # (prompt_end = seqlen - sum(loss_mask))
+            records.append(
+                {
+                    "task_id": p,
+                    "sample_idx": k,
+                    "seqlen": len(seq),
+                    "prompt_len": end,
+                    "head_version": 0,
+                    "tail_version": 1,
+                    "reward": float(k == 0),
+                    "prompt": words(seq[:end]),
+                    "completion": words(seq[end:]),
+                }
+            )
+        (d / f"{p}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    # nothing in the dump says it is multi-turn: without --max-turns the budget is wrong
+    line = import_fails(tmp_path, "areal", tmp_path / "log", extra=("--max-tokens", str(BUDGET)))
+    assert f"exceeds the budget {BUDGET}" in line and "--max-turns N" in line
+    line = import_fails(
+        tmp_path, "areal", tmp_path / "log", extra=("--max-tokens", str(BUDGET), "--max-turns", "2")
+    )
+    assert f"response length 27 exceeds --max-turns 2 x --max-tokens {BUDGET}" in line
+    trace, said = import_said(
+        tmp_path, "areal", tmp_path / "log", "--max-tokens", str(BUDGET), "--max-turns", "3"
+    )
+    assert "6 responses longer than --max-tokens read as multi-turn" in said
+    df = trace.df
+    got = sorted(zip(df["response_len"], df["max_tokens"], df["finish_reason"], strict=True))
+    # (27 tokens need 3 turns of 12; the 16 whose last turn was cut need only 2, not filled)
+    assert got == sorted([(5, 12, "stop"), (19, 24, "stop"), (27, 36, "stop"), (16, 24, "stop")] * 2)
+    assert sorted(df["prompt_len"]) == sorted(
+        len(PROMPTS[p]) + 4 * (len(t) - 1) for p in range(2) for t in TURNS
+    )
+    assert trace.meta.notes["import"]["turns_at_least"] == {"2": 4, "3": 2}

@@ -18,6 +18,23 @@ generated token, so a group can come out short: with `--group-size` such groups 
 text, so the same prompt keeps its id across steps (task ids do not recur). Budget: `--max-tokens`
 (`gconfig.max_new_tokens` is not dumped); epochs: `--steps-per-epoch`.
 
+Multi-turn workflows (`areal/workflow/multi_turn.py`, `MultiTurnWorkflow.arun_episode`:
+a wrong answer gets a retry message and another turn, up to `max_turns`; agent workflows
+exported with `export_style: concat`) dump one record per episode: its sequence is the
+prompt, then each turn's output followed by the next turn's new input, with `loss_mask` 1 on
+the outputs. `_dump_trajectory` keeps only `prompt_len = seqlen - sum(loss_mask)`, so the
+response length is every turn's generated tokens, and neither the number of turns nor their
+lengths is dumped (`prompt_len` includes the inputs between turns, and the `prompt` and
+`completion` texts are the sequence cut at `prompt_len`). Each turn's budget is
+`gconfig.max_new_tokens` (`--max-tokens`; capped by what `gconfig.max_tokens` leaves of the
+context, `areal/infra/remote_inf_engine.py`, `agenerate`, which is not dumped either).
+Nothing in a dump tells a multi-turn one, so `--max-turns N` (the workflow's `max_turns`)
+says it is: a response longer than `--max-tokens` then took at least
+ceil(length / --max-tokens) turns, up to N; its budget is that many times `--max-tokens`,
+the fewest turns that hold it, and it is 'length' only where it fills them all. The notes
+count such responses by that least number of turns (`turns_at_least`). Without
+`--max-turns`, such a response is refused, as for any format: the budget given is wrong.
+
 No token ids are dumped, but the text is decoded with ``skip_special_tokens=False``, so with
 `--tokenizer DIR` it is encoded again and the ids become the trace's token columns, kept
 only where every response (prompt) encodes to exactly its recorded length: ids of a
@@ -29,6 +46,7 @@ needs `--tokenizer`); a path holding those is read that way.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from simctl.traces.importers.areal_text import is_text_dump, read_text
@@ -62,6 +80,23 @@ def _attach_tokens(rows: RowSet, texts: list[tuple[str, str]], tokenizer: Path) 
         rows.keep_tokens(name, tok.encode([t[i] for t in texts]), lengths)
 
 
+def _turns_budget(length: int, opts: ImportOptions, turns: Counter[int], where: str) -> int | None:
+    """The budget of a response longer than a turn's (--max-tokens) in a multi-turn dump
+    (`--max-turns`): that of the fewest turns that hold it (counted in `turns`); None for
+    one that fits a turn, as for any dump, and for any response of a single-turn dump (one
+    over --max-tokens is then refused: the budget given is wrong)."""
+    per_turn, most = opts.max_tokens, opts.max_turns
+    if per_turn is None or most is None or length <= per_turn:
+        return None
+    least = -(-length // per_turn)
+    if least > most:
+        raise DumpError(
+            f"{where}: response length {length} exceeds --max-turns {most} x --max-tokens {per_turn}"
+        )
+    turns[least] += 1
+    return least * per_turn
+
+
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
     what = "AReaL dump files (<version>/<task_id>.jsonl; before v0.5.2 <version>/<qid>.txt)"
     files = find_files(paths, lambda p: _is_dump(p) or is_text_dump(p), what)
@@ -75,6 +110,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
         read_text(text, rows, opts.tokenizer)
         return rows, FormatFacts()
     texts: list[tuple[str, str]] = []
+    turns: Counter[int] = Counter()  # (responses over --max-tokens by their least number of turns)
     seen: dict[tuple[int, int, int], str] = {}  # (tail_version, task_id, sample_idx) -> where
     for path in files:
         # (a task whose every sample was skipped leaves an empty file: it is opened first)
@@ -111,8 +147,11 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                 order=order,
                 prompt_len=prompt_len,
                 response_len=seqlen - prompt_len,
+                budget=_turns_budget(seqlen - prompt_len, opts, turns, where),
                 reward=reward,
             )
     if opts.tokenizer is not None:
         _attach_tokens(rows, texts, opts.tokenizer)
+    if turns:
+        rows.notes["turns_at_least"] = {str(n): turns[n] for n in sorted(turns)}
     return rows, FormatFacts()

@@ -63,6 +63,16 @@ def _model(name: str) -> str:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Local Hugging Face tokenizer directory (verl, roll: required; areal: adds token ids).",
 )
+@click.option(
+    "--reward-key",
+    metavar="KEY",
+    help="slime: the key of dict rewards to take (slime's --reward-key); without it they are left out.",
+)
+@click.option(
+    "--max-turns",
+    type=click.IntRange(min=1),
+    help="areal: a multi-turn workflow's max_turns (each turn's budget is --max-tokens).",
+)
 @click.option("--steps-per-epoch", type=click.IntRange(min=1), help="Steps per pass over the prompts.")
 @click.option(
     "--temperature", type=NumberRange(min=0.0), help="Sampling temperature (default: the dump's, or 1)."
@@ -77,6 +87,8 @@ def import_cmd(
     max_tokens: int | None,
     group_size: int | None,
     tokenizer: Path | None,
+    reward_key: str | None,
+    max_turns: int | None,
     steps_per_epoch: int | None,
     temperature: float | None,
     hardware: str,
@@ -94,6 +106,8 @@ def import_cmd(
         max_tokens=max_tokens,
         group_size=group_size,
         tokenizer=tokenizer,
+        reward_key=reward_key,
+        max_turns=max_turns,
         steps_per_epoch=steps_per_epoch,
         temperature=temperature,
         hardware=hardware,
@@ -114,10 +128,26 @@ def import_cmd(
         f"wrote {output} ({fmt}: {files} files, {df['step'].nunique()} steps, {groups} groups of "
         f"{imported.meta.group_size}, {tokens}, model {opts.model})"
     )
-    used = fmt in ("verl", "roll", "areal") or "tokens" in imported.meta.notes["import"]
+    notes = imported.meta.notes["import"]
+    used = fmt in ("verl", "roll", "areal") or "tokens" in notes
     if tokenizer is not None and not used:
         click.echo(f"--tokenizer not used: {fmt} dumps record token counts", err=True)
-    matching = imported.meta.notes["import"].get("response_tokens_matching_rows")
+    if reward_key is not None and "reward_key" not in notes:
+        why = "no reward in the dump is a dict" if fmt == "slime" else f"{fmt} rewards are numbers"
+        click.echo(f"--reward-key not used: {why}", err=True)
+    if notes.get("reward_dicts"):
+        click.echo(f"rewards left out: {notes['reward_dicts']} are dicts; pass --reward-key KEY", err=True)
+    if max_turns is not None and fmt != "areal":
+        why = "nemo-rl dumps mark each turn" if fmt == "nemo-rl" else "only areal dumps need it"
+        click.echo(f"--max-turns not used: {why}", err=True)
+    if notes.get("turns_at_least"):
+        n = sum(notes["turns_at_least"].values())
+        click.echo(
+            f"{n} responses longer than --max-tokens read as multi-turn (budget: the fewest turns "
+            "of --max-tokens that hold them)",
+            err=True,
+        )
+    matching = notes.get("response_tokens_matching_rows")
     if matching is not None and "response_tokens" not in imported.lists:
         click.echo(f"token ids left out: {len(df) - matching} responses encode to another length", err=True)
     if imported.dropped_rows:

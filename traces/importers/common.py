@@ -47,6 +47,10 @@ class ImportOptions:
     steps_per_epoch: int | None = None
     temperature: float | None = None
     hardware: str = "unknown"
+    # slime only: the key that picks a reward out of a dict reward (slime's --reward-key)
+    reward_key: str | None = None
+    # AReaL only: the dump is of a multi-turn workflow with at most this many turns
+    max_turns: int | None = None
     # table format only: schema column -> column of the file
     columns: dict[str, str] = field(default_factory=dict)
 
@@ -328,7 +332,8 @@ def _budgets(df: pd.DataFrame, opts: ImportOptions, facts: FormatFacts, fmt: str
         i = int(np.argmax(over))
         raise DumpError(
             f"{df['where'].iloc[i]}: response length {resp[i]} exceeds the budget {mx[i]} "
-            "(--max-tokens or the dump's own)"
+            "(--max-tokens or the dump's own"
+            + ("; a multi-turn workflow's dump: --max-turns N)" if fmt == "areal" else ")")
         )
     marked = np.asarray([t is True for t in trunc])
     mx = np.where(marked, np.minimum(mx, resp), mx)

@@ -20,6 +20,20 @@ each prompt `num_generations_per_prompt` times and writes no group id, so a grou
 responses of one step with the same prompt ids. Budget: `--max-tokens`
 (`policy.generation.max_new_tokens` is not dumped); epochs: `--steps-per-epoch`.
 
+Multi-turn environments (`grpo.max_rollout_turns` > 1; `nemo_rl/experience/rollouts.py`,
+`run_multi_turn_rollout`): each turn generates an assistant message, within its own budget
+(`max_new_tokens`, capped by what `policy.max_total_sequence_length` leaves of the context:
+`nemo_rl/models/generation/vllm/vllm_worker.py`, `_context_capped_max_new_tokens`), and the
+environment's observation is appended after it; the message log is flattened into one
+sequence in which `token_loss_mask` is 1 on the generated messages only
+(`grpo.py`, `add_grpo_token_loss_masks_and_generation_logprobs`). A turn is therefore a run
+of 1s (an empty observation would join two turns into one). The response replayed is all
+turns' generated tokens, so its budget is the number of turns times `--max-tokens` (the
+per-turn budget); a response whose last turn reached `--max-tokens` was cut there, so it is
+'length', its budget its length. Each turn must fit `--max-tokens`. The context limit is not
+dumped, so the budget is not capped by it, and a turn cut by the context below
+`--max-tokens` reads as 'stop'. The notes count responses by turns (`turns`).
+
 Releases before 0.6.0 (v0.2.1-v0.5.0) write no `token_ids` or `token_loss_mask`, only the
 text (`content`: the prompt's messages as the chat template rendered them, then the
 response) and `input_lengths`. With `--tokenizer DIR` the response text is encoded again
@@ -32,6 +46,8 @@ ids agree with those lengths.
 from __future__ import annotations
 
 import re
+from collections import Counter
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +101,10 @@ def _text_row(
     return tuple(content[:-1]), length - len(generated), generated, truncated, reward
 
 
-def _row(obj: dict[str, Any], where: str, rows: RowSet) -> tuple[list[int], list[int], float | None]:
-    """(prompt ids, generated ids, reward) of one line."""
+def _row(
+    obj: dict[str, Any], where: str, rows: RowSet
+) -> tuple[list[int], list[int], list[int], float | None]:
+    """(prompt ids, generated ids, generated tokens per turn, reward) of one line."""
     length = as_int(_one(obj, "input_lengths", where), "input_lengths", where)
     ids = as_token_ids(_one(obj, "token_ids", where), "token_ids", where)
     mask = _one(obj, "token_loss_mask", where)
@@ -101,8 +119,25 @@ def _row(obj: dict[str, Any], where: str, rows: RowSet) -> tuple[list[int], list
         raise DumpError(f"{where}: field 'token_loss_mask' marks no generated token")
     first = mask.index(1)
     generated = [t for t, m in zip(ids[first:length], mask[first:length], strict=True) if m == 1]
+    # (a turn: a run of generated tokens, mask 1; the environment's tokens between, mask 0)
+    turns = [len(list(run)) for m, run in groupby(mask[first:length]) if m == 1]
     reward = as_reward(_one(obj, "rewards", where), "rewards", where, rows)
-    return ids[:first], generated, reward
+    return ids[:first], generated, turns, reward
+
+
+def _turn_budget(turns: list[int], per_turn: int | None, where: str) -> tuple[int | None, bool | None]:
+    """(budget, truncated) of a multi-turn response: --max-tokens for each turn, and cut
+    where its last turn reached that; (None, None) for one turn (or no --max-tokens), whose
+    budget and ending are found as for any dump."""
+    if len(turns) == 1 or per_turn is None:
+        return None, None
+    for i, n in enumerate(turns, start=1):
+        if n > per_turn:
+            raise DumpError(
+                f"{where}: turn {i} of {len(turns)} generated {n} tokens, above --max-tokens {per_turn} "
+                "(the budget of a turn)"
+            )
+    return len(turns) * per_turn, turns[-1] == per_turn
 
 
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
@@ -112,6 +147,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
     rows.response_tokens, rows.prompt_tokens = [], []
     tok: TextTokenizer | None = None
     text_prompts: list[str] = []  # (a dump before 0.6.0: its rows' prompt texts)
+    turn_counts: Counter[int] = Counter()  # (responses by their number of generated turns)
     for path in files:
         match = _NAME.match(path.name)
         if match is None:
@@ -136,9 +172,11 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                 text_prompts.append("".join(texts))
                 rows.response_tokens.append(gen)
                 continue
-            prompt, generated, reward = _row(obj, where, rows)
+            prompt, generated, turns, reward = _row(obj, where, rows)
             if not prompt:
                 raise DumpError(f"{where}: field 'token_loss_mask' marks the first token (no prompt)")
+            budget, truncated = _turn_budget(turns, opts.max_tokens, where)
+            turn_counts[len(turns)] += 1
             rows.add(
                 where,
                 step=step,
@@ -147,12 +185,16 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                 order=number,
                 prompt_len=len(prompt),
                 response_len=len(generated),
+                truncated=truncated,
+                budget=budget,
                 reward=reward,
             )
             rows.prompt_tokens.append(prompt)
             rows.response_tokens.append(generated)
     if text_prompts:
         _text_prompt_tokens(rows, text_prompts, tok)
+    if max(turn_counts, default=1) > 1:
+        rows.notes["turns"] = {str(n): turn_counts[n] for n in sorted(turn_counts)}
     return rows, FormatFacts()
 
 

@@ -6,16 +6,38 @@ Followed: THUDM/slime @ 624b824a (v0.3.1-38, Aug 2026), `slime/observability/rol
 template (`{rollout_id}` filled in; evaluation files get `eval_` before the id and are
 skipped when a directory is given). A sample dict holds, among others,
 
-- `group_index`, `index`: the prompt group and the sample's running index;
+- `group_index`, `index`: the prompt group and the sample's running index (both stamped by
+  the data source, `slime/rollout/data_source.py`);
+- `rollout_id` (v0.3.1 on; `group_id` in v0.3.0): the rollout a fanned-out sample came from,
+  None otherwise;
 - `prompt` (text or chat messages), `tokens` (prompt + response ids), `response_length`;
 - `reward` (a number, or a dict when a reward key picks the value);
 - `status`: "completed", "truncated", "aborted", "failed" or "pending".
 
-The step is `rollout_id`; the response is the last `response_length` ids of `tokens`;
-`status == "truncated"` marks a response cut at its budget (`--max-tokens`,
+The step is the file's `rollout_id`; the response is the last `response_length` ids of
+`tokens`; `status == "truncated"` marks a response cut at its budget (`--max-tokens`,
 `--rollout-max-response-len`, is not dumped). A prompt's id is the hash of its prompt ids,
-so it is the same in every rollout (group indices run on). Rewards that are dicts are left
-out. Epochs: `--steps-per-epoch`.
+so it is the same in every rollout (group indices run on). Epochs: `--steps-per-epoch`.
+
+Dict rewards: a reward function may return a dict (`--rm-type dapo`:
+`{"score", "acc", "pred"}`, `slime/rollout/rm_hub/math_dapo_utils.py`), of which slime
+trains on `reward[args.reward_key]` (`Sample.get_reward_value`). `--reward-key KEY` takes the
+same value (a number; NaN as `common.as_reward`); without it such rewards are left out and
+counted in the notes (`reward_dicts`).
+
+Fan-out (v0.3.0 on): a custom generate function may split one rollout into several training
+samples (sub-agents, context compaction: `slime/agent/trajectory.py`,
+`_SampleBuilder.to_sample`; `examples/multi_agent/agent_system.py`;
+`slime/rollout/_fanout_test_helpers.py`, `compact_generate`). The siblings are copies of the
+rollout's input sample with their own `tokens`, so they share `group_index` and `index`, and
+carry the same `rollout_id` (the input's `index`; `validate_rollout_id_annotated` in
+`slime/observability/rollout_data_utils.py` enforces it). v0.3.0 (bf14dc21) named the field
+`group_id` (renamed in a3c5462a, renamed back in 44d29ee5). Each sibling is a response of its
+prompt's group (`group_index`), which then holds every sibling of its rollouts; the notes
+count them (`fanout_rollouts`, `fanout_samples`). Where the fan-out leaves groups of
+different sizes, which a trace cannot hold, the import is refused naming the field and
+`--group-size 1` (every sample a group of its own); `--group-size G` cuts each group, in
+rollout order, into groups of G as for any format.
 
 Only ``torch.load(path, weights_only=True)`` is used: unpickling runs code, and a dump is
 someone else's file. A file that needs more than tensors and plain containers is refused.
@@ -26,6 +48,7 @@ from __future__ import annotations
 import importlib
 import re
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +133,24 @@ def _plain(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") and not isinstance(value, list) else value
 
 
-def _sample(rows: RowSet, sample: Any, step: int, i: int, where: str) -> tuple[list[int], list[int]] | None:
+def _reward(rows: RowSet, value: Any, key: str | None, at: str) -> float | None:
+    """A sample's reward: a number; a dict's value at `key` (`--reward-key`), or None (counted
+    in the notes) without one; None where the sample has none (not rewarded)."""
+    if isinstance(value, dict):
+        if key is None:
+            rows.notes["reward_dicts"] = rows.notes.get("reward_dicts", 0) + 1
+            return None
+        if key not in value:
+            keys = ", ".join(sorted(str(k) for k in value))
+            raise DumpError(f"{at}: field 'reward' has no key '{key}' (--reward-key; its keys: {keys[:80]})")
+        rows.notes["reward_key"] = key
+        return as_reward(_plain(value[key]), f"reward[{key}]", at, rows)
+    return as_reward(value, "reward", at, rows) if isinstance(value, int | float) else None
+
+
+def _sample(
+    rows: RowSet, sample: Any, step: int, i: int, where: str, opts: ImportOptions
+) -> tuple[list[int], list[int]] | None:
     """Adds one sample to `rows`; returns its (prompt ids, response ids), None for an
     aborted or failed sample with no response (counted in the notes)."""
     if not isinstance(sample, dict):
@@ -129,7 +169,6 @@ def _sample(rows: RowSet, sample: Any, step: int, i: int, where: str) -> tuple[l
         )
     prompt = tuple(tokens[: len(tokens) - length])
     group = sample.get("group_index")
-    reward = _plain(sample.get("reward"))
     status = sample.get("status")
     if status is not None and not isinstance(status, str):
         raise DumpError(f"{at}: field 'status' is {type(status).__name__}, expected text")
@@ -143,9 +182,42 @@ def _sample(rows: RowSet, sample: Any, step: int, i: int, where: str) -> tuple[l
         prompt_len=len(prompt),
         response_len=length,
         truncated=None if status is None else status == "truncated",
-        reward=as_reward(reward, "reward", at, rows) if isinstance(reward, int | float) else None,
+        reward=_reward(rows, _plain(sample.get("reward")), opts.reward_key, at),
     )
     return list(prompt), tokens[len(prompt) :]
+
+
+def _rollout(sample: dict[str, Any], at: str) -> tuple[str, int] | None:
+    """The rollout a fanned-out sample came from, as (field, id); None where it has none."""
+    for name in ("rollout_id", "group_id"):  # (v0.3.1 on; v0.3.0)
+        value = _plain(sample.get(name))
+        if value is not None:
+            return name, as_int(value, name, at)
+    return None
+
+
+def _fanout(rows: RowSet, rollouts: list[tuple[str, int] | None], opts: ImportOptions) -> None:
+    """Counts the fanned-out rollouts (several samples of one rollout id) in the notes, and
+    refuses a fan-out that leaves groups of different sizes, unless --group-size says how
+    to cut them: a trace's groups are all one size."""
+    tagged = [(i, (rows.step[i], rows.group[i], r[1]), r) for i, r in enumerate(rollouts) if r is not None]
+    siblings = Counter(key for _, key, _ in tagged)
+    fanned = {key: n for key, n in siblings.items() if n > 1}
+    if not fanned:
+        return
+    rows.notes["fanout_rollouts"] = len(fanned)
+    rows.notes["fanout_samples"] = sum(fanned.values())
+    sizes = set(Counter(zip(rows.step, rows.group, strict=True)).values())
+    if opts.group_size is not None or len(sizes) == 1:
+        return
+    i, key, (name, rid) = next(t for t in tagged if t[1] in fanned)
+    shown = ", ".join(str(n) for n in sorted(sizes)[:5])
+    raise DumpError(
+        f"{rows.where[i]}: field '{name}' {rid} is shared by {fanned[key]} samples (a fan-out: one "
+        f"rollout split into several training samples), so the prompt groups (group_index) hold {shown} "
+        "samples, and a trace's groups are all one size; pass --group-size 1 to import each sample as a "
+        "group of its own"
+    )
 
 
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
@@ -157,6 +229,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
     rows = RowSet(files=files)
     prompts: list[list[int]] = []
     responses: list[list[int]] = []
+    rollouts: list[tuple[str, int] | None] = []  # (a fanned-out sample's rollout, per row)
     for path in files:
         pack = load(path)
         where = str(path)
@@ -168,11 +241,13 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
         if not isinstance(samples, list) or not samples:
             raise DumpError(f"{path}: field 'samples' is not a non-empty list")
         for i, sample in enumerate(samples):
-            got = _sample(rows, sample, step, i, where)
+            got = _sample(rows, sample, step, i, where, opts)
             if got is not None:
                 prompts.append(got[0])
                 responses.append(got[1])
+                rollouts.append(_rollout(sample, f"{where} sample {i}"))
     rows.prompt_tokens, rows.response_tokens = prompts, responses
+    _fanout(rows, rollouts, opts)
     if any(r is None for r in rows.reward):
         rows.reward = [None] * len(rows)
     return rows, FormatFacts()
