@@ -65,6 +65,8 @@ from simctl.policies.contract import (
     StepStarted,
     Tick,
     WorkerIdle,
+    asked_about,
+    plugin_failure,
     wants_tick,
 )
 from simctl.traces.cli_options import WorkerFault
@@ -212,7 +214,13 @@ class LiveExecutor:
         acct = self._step_accounts()
         acct.events += 1
         t0 = time.perf_counter()
-        actions = self.policy.on_event(event, self.view)
+        try:
+            actions = self.policy.on_event(event, self.view)
+        except Exception as exc:
+            failure = plugin_failure(self.policy, asked_about(event), exc)
+            if failure is None:
+                raise
+            raise failure from exc
         acct.policy_s += time.perf_counter() - t0
         if actions:
             self.actions.apply(actions)

@@ -16,6 +16,7 @@ both executors).
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -506,4 +507,49 @@ def wants_tick(policy: Policy, worker: WorkerId, view: ClusterView) -> bool:
     """`policy.wants_ticks(worker, view)`, for executors: a policy written without the
     `Policy` base class (duck-typed) and without that method wants every Tick."""
     asks = getattr(policy, "wants_ticks", None)
-    return asks is None or bool(asks(worker, view))
+    if asks is None:
+        return True
+    try:
+        return bool(asks(worker, view))
+    except Exception as exc:
+        failure = plugin_failure(policy, f"wants_ticks(worker {worker})", exc)
+        if failure is None:
+            raise
+        raise failure from exc
+
+
+#: The module name prefix under which `traces/plugins.py` loads a `file.py:Class` plug-in.
+FILE_PLUGIN_PREFIX = "simctl_plugin_"
+
+
+class PolicyRaised(RuntimeError):
+    """A plug-in policy's own code raised while an executor asked it something. Executors
+    raise this in its place (the original as its cause, for `--debug`) so that the one-line
+    error names the policy, what it was asked and the error, and the user looks at their
+    policy: left unwrapped, any exception is reported as a bug in simctl."""
+
+
+def asked_about(event: Event) -> str:
+    """What an executor asked a policy that raised on `event`, for `plugin_failure`."""
+    return f"on_event({type(event).__name__} at t={event.time_s:.3f} s)"
+
+
+def plugin_failure(policy: Policy, asked: str, exc: BaseException) -> PolicyRaised | None:
+    """The `PolicyRaised` for `exc`, raised by `policy` while answering `asked`; None where
+    simctl should let it through as it is: one of simctl's own errors (they name their
+    input already), or raised by a policy that is simctl's own through and through (a
+    built-in or a composition of built-ins: a bug in simctl)."""
+    if type(exc).__module__.startswith("simctl."):
+        return None
+    parts = [policy, *getattr(policy, "parts", ())]
+    if all(type(p).__module__.startswith("simctl.") for p in parts):
+        return None
+    text = (str(exc).strip().splitlines() or [""])[0]
+    error = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    cls = type(policy)
+    where = f"{cls.__module__}:{cls.__qualname__}"
+    if cls.__module__.startswith(FILE_PLUGIN_PREFIX):  # (loaded from a file: name the file)
+        where = f"{getattr(sys.modules.get(cls.__module__), '__file__', cls.__module__)}:{cls.__qualname__}"
+    return PolicyRaised(
+        f"policy {policy.name!r} ({where}) raised {error} in {asked}; rerun with --debug for the traceback"
+    )

@@ -39,6 +39,8 @@ from simctl.policies.contract import (
     SpecConfig,
     StepFinished,
     StepStarted,
+    asked_about,
+    plugin_failure,
     wants_tick,
 )
 from simctl.sim.acceptance_source import AcceptanceSource, SampledAcceptance
@@ -186,7 +188,13 @@ class StepSimulation:
     # ---------------------------------------------------------------------- events
     def emit(self, event: Event) -> None:
         self.counters["events"] += 1
-        actions = self.policy.on_event(event, self.view)
+        try:
+            actions = self.policy.on_event(event, self.view)
+        except Exception as exc:
+            failure = plugin_failure(self.policy, asked_about(event), exc)
+            if failure is None:
+                raise
+            raise failure from exc
         if actions:
             self.apply_actions(actions)
 

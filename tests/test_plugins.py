@@ -206,3 +206,95 @@ def test_example_runs_live_from_its_file(tmp_path: Path) -> None:
     doc = json.loads((out / "run.json").read_text())
     assert list(doc["policies"]) == ["shortest-first"]
     assert doc["policies"]["shortest-first"]["params"] == {"default_len": 512, "prioritize": True}
+
+
+# ------------------------------------------------------------- a plug-in that raises
+
+RAISING = """
+from simctl.policies.contract import Assign, Policy, RequestFinished, StepStarted
+
+
+class Boom(Policy):
+    name = "boom"
+    tick_iterations = 8
+
+    def on_event(self, event, view):
+        if isinstance(event, StepStarted):
+            return [Assign(request=r, worker=0) for r in event.requests]
+        if isinstance(event, RequestFinished):
+            raise KeyError("no such request in my table")
+        return []
+
+
+class Grumpy(Boom):
+    name = "grumpy"
+
+    def on_event(self, event, view):
+        return [Assign(request=r, worker=0) for r in event.requests] if isinstance(event, StepStarted) else []
+
+    def wants_ticks(self, worker, view):
+        return {}[worker]
+"""
+
+
+@pytest.mark.parametrize(
+    ("cls", "asked"),
+    [
+        ("Boom", r"on_event\(RequestFinished at t=\d+\.\d{3} s\)"),
+        ("Grumpy", r"wants_ticks\(worker 0\)"),
+    ],
+)
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_plugin_that_raises_is_named_not_called_a_simctl_bug(
+    tmp_path: Path, cls: str, asked: str, jobs: str
+) -> None:
+    """The one-line error of a plug-in raising names the policy, its file and class, what it
+    was asked and the error; --debug shows the plug-in's own traceback. Before, it said
+    "internal error ... this is a bug in simctl"."""
+    path = tmp_path / "mine.py"
+    path.write_text(RAISING)
+    args = [*BASE, "--policy", f"{path}:{cls}", "--policy", "verl", "--jobs", jobs]
+    args += ["--out", str(tmp_path / "o")]
+    code, output = _cli(args)
+    assert code == 1 and "bug in simctl" not in output
+    (line,) = output.strip().splitlines()
+    assert re.fullmatch(
+        rf"Error: policy '{cls.lower()}' \({re.escape(str(path))}:{cls}\) raised KeyError: .* in {asked}; "
+        r"rerun with --debug for the traceback",
+        line,
+    ), line
+    assert not (tmp_path / "o").exists()  # all or nothing
+    res = CliRunner().invoke(main, ["--debug", *BASE, "--policy", f"{path}:{cls}"])
+    assert isinstance(res.exception, simctl.policies.contract.PolicyRaised)
+    causes, exc = [], res.exception  # (SimPy re-raises a process's error with it as the cause)
+    while exc is not None:
+        causes.append(exc)
+        exc = exc.__cause__
+    assert isinstance(causes[-1], KeyError)  # the plug-in's own traceback
+
+
+def test_a_builtin_policy_that_raises_is_still_a_simctl_bug(monkeypatch: pytest.MonkeyPatch) -> None:
+    from simctl.policies.placement import StaticGroupPlacement
+
+    def broken(self, event, view):
+        raise KeyError("oops")
+
+    monkeypatch.setattr(StaticGroupPlacement, "on_event", broken)
+    code, output = _cli([*BASE, "--policy", "verl"])
+    assert code == 1 and "internal error (KeyError)" in output and "bug in simctl" in output
+
+
+def test_a_plugin_that_raises_live_is_named_too(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    path = tmp_path / "mine.py"
+    path.write_text(RAISING)
+    args = ["live", "--model", "random:tiny", "--prompts-per-step", "2", "--group-size", "2"]
+    args += ["--max-tokens", "8", "--workers", "2", "--policy", f"{path}:Boom", "--out", str(tmp_path / "o")]
+    code, output = _cli(args)
+    assert code == 1 and "bug in simctl" not in output, output
+    (line,) = output.strip().splitlines()
+    assert (
+        line.startswith(f"Error: policy 'boom' ({path}:Boom) raised KeyError: ")
+        and "on_event(RequestFinished" in line
+    )
+    assert not (tmp_path / "o").exists()

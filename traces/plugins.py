@@ -39,7 +39,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from simctl.policies.contract import Policy
+from simctl.policies.contract import FILE_PLUGIN_PREFIX, Policy
 from simctl.policies.family import Family, NoParams
 from simctl.policies.params import PolicyParams, PolicySpecError, quote
 from simctl.policies.registry import REGISTRY
@@ -82,7 +82,7 @@ def _load_file(path: Path, spec: str) -> ModuleType:
     if not resolved.is_file():
         raise PolicySpecError(f"policy {quote(spec)}: no such file {quote(str(path))}")
     digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:10]
-    name = f"simctl_plugin_{digest}_{''.join(c if c.isalnum() else '_' for c in resolved.stem)}"
+    name = f"{FILE_PLUGIN_PREFIX}{digest}_{''.join(c if c.isalnum() else '_' for c in resolved.stem)}"
     module_spec = importlib.util.spec_from_file_location(name, resolved)
     if module_spec is None or module_spec.loader is None:
         raise PolicySpecError(f"policy {quote(spec)}: {quote(str(path))} is not a Python file")
