@@ -973,3 +973,247 @@ def test_areal_multi_turn_responses(tmp_path: Path) -> None:
         len(PROMPTS[p]) + 4 * (len(t) - 1) for p in range(2) for t in TURNS
     )
     assert trace.meta.notes["import"]["turns_at_least"] == {"2": 4, "3": 2}
+
+
+# --- multi-turn samples: slime's loss mask, NeMo-RL v0.6.0 prompt history, AReaL prompt ids ---
+
+
+def slime_turns_sample(p: int, k: int, index: int, turns: list[int]) -> dict[str, Any]:
+    """A tool-calling generate function's sample (`examples/retool/generate_with_retool.py`,
+    `search-r1`): each turn's output appended with `append_response_tokens(trainable=True)`,
+    the tool's observation before the next with `trainable=False` (loss mask 0); the status
+    is the last call's finish reason ("truncated" for "length")."""
+    response: list[int] = []
+    mask: list[int] = []
+    for t, n in enumerate(turns):
+        obs = [70 + t, 71, 72] if t else []
+        response += obs + response_ids(k * 3 + t, n)
+        mask += [0] * len(obs) + [1] * n
+    base = slime_sample(p, k, len(response), index, turns[-1] == BUDGET)
+    return {
+        **base,
+        "tokens": PROMPTS[p] + response,
+        "response": words(response),
+        "loss_mask": mask,
+        "rollout_log_probs": [-0.5 if m else 0.0 for m in mask],
+    }
+
+
+def test_slime_multi_turn_samples_replay_their_generated_turns(tmp_path: Path) -> None:
+    """`response_length` counts the tools' tokens too; the loss mask tells the turns, and a
+    response is their generated tokens, its budget theirs (as NeMo-RL's)."""
+    torch = pytest.importorskip("torch")
+    root = tmp_path / "d"
+    root.mkdir()
+    samples = [slime_turns_sample(p, k, p * 4 + k, turns) for p in range(2) for k, turns in enumerate(TURNS)]
+    torch.save({"rollout_id": 1, "samples": samples}, root / "1.pt")
+    trace, out = import_ok(tmp_path, "slime", root, extra=("--max-tokens", str(BUDGET)))
+    df = trace.df
+    assert trace.meta.group_size == 4 and len(df) == 8
+    got = sorted(zip(df["response_len"], df["max_tokens"], df["finish_reason"], strict=True))
+    assert got == sorted([(5, 12, "stop"), (19, 24, "stop"), (27, 36, "stop"), (16, 16, "length")] * 2)
+    assert sorted(df["prompt_len"]) == sorted(len(PROMPTS[p]) for p in range(2) for _ in TURNS)
+    assert set(df["prompt_id"]) == {stable_id(tuple(p)) for p in PROMPTS[:2]}
+    assert trace.meta.notes["import"]["turns"] == {"1": 2, "2": 4, "3": 2}
+    vals, off = trace.token_arrays("response_tokens")
+    i = int(np.flatnonzero(df["response_len"].to_numpy() == 27)[0])
+    assert vals[off[i] : off[i + 1]].tolist() == [
+        t for j in range(3) for t in response_ids(6 + j, TURNS[2][j])
+    ]
+    pvals, poff = trace.token_arrays("prompt_tokens")
+    prompt = pvals[poff[i] : poff[i + 1]].tolist()
+    assert prompt in PROMPTS[:2] and stable_id(tuple(prompt)) == df["prompt_id"].iloc[i]
+    replays(out)
+    # retool: an observation past the context is cut to fit and the sample marked truncated,
+    # after a turn that stopped
+    s = samples[1]
+    samples[1] = {**s, "tokens": s["tokens"] + [73, 74], "response_length": s["response_length"] + 2}
+    samples[1].update(loss_mask=s["loss_mask"] + [0, 0], status="truncated")
+    torch.save({"rollout_id": 1, "samples": samples}, root / "1.pt")
+    cut, _ = import_ok(tmp_path, "slime", root, extra=("--max-tokens", str(BUDGET)))
+    pd.testing.assert_frame_equal(cut.df, df)
+    line = import_fails(tmp_path, "slime", root, extra=("--max-tokens", "11"))
+    assert line == (
+        f"Error: {root / '1.pt'} sample 1: turn 1 of 2 generated 12 tokens, above --max-tokens 11 "
+        "(the budget of a turn)"
+    )
+    samples[1]["loss_mask"] = samples[1]["loss_mask"][:-1]
+    torch.save({"rollout_id": 1, "samples": samples}, root / "1.pt")
+    line = import_fails(tmp_path, "slime", root, extra=("--max-tokens", str(BUDGET)))
+    assert (
+        line == f"Error: {root / '1.pt'} sample 1: field 'loss_mask' has 23 entries, 'response_length' is 24"
+    )
+
+
+@pytest.mark.parametrize("release", ["v0.3.1", "v0.3.0"])
+def test_slime_agent_samples_use_their_mask_and_metadata(tmp_path: Path, release: str) -> None:
+    """`TrajectoryManager.get_trajectory` (slime/agent/trajectory.py, v0.3.1 on): a session
+    whose second leaf shares the first's turn A yields two samples of one rollout; the second
+    re-emits A with loss mask 0 (context of its request); both are "completed" and carry
+    `metadata["truncated"]`, their chain's last turn cut (v0.3.0, `fan_out_sample_segments`:
+    `group_id`, and the segment's last `finish_reason` in the metadata). A rollout whose agent
+    failed is `_abort_result`'s placeholder (examples/coding_agent_rl/generate.py): one
+    token, mask 0."""
+    torch = pytest.importorskip("torch")
+    root = tmp_path / "d"
+    root.mkdir()
+    # (turn A, turn B and whether it was cut, turn C and whether it was cut) per rollout
+    plan = [(BUDGET, 7, False, BUDGET, True), (4, BUDGET, True, 5, False)]
+    samples = []
+    for p in range(2):
+        for r, (a, b, b_cut, c, c_cut) in enumerate(plan):
+            index = p * 3 + r
+            base = {**slime_sample(p, r, 1, index, False), "rollout_id": index, "reward": 1.0}
+            if release == "v0.3.0":
+                base["group_id"] = base.pop("rollout_id")
+            turn_a = response_ids(r, a)
+            for j, (tail, (n, cut)) in enumerate((([70, 71, 72], (b, b_cut)), ([73, 74, 75], (c, c_cut)))):
+                out = response_ids(r + 6 - j, n)
+                mask = [1 - j] * a + [0] * len(tail) + [1] * n
+                md: dict[str, Any] = {"truncated": cut, "use_tool": True, "ill_formed": False}
+                if release == "v0.3.0":
+                    md = {"segment_kind": "final", "finish_reason": "length" if cut else "stop"}
+                    md.update(segment_idx=j, num_segments=2)
+                samples.append(
+                    {
+                        **base,
+                        "tokens": PROMPTS[p] + turn_a + tail + out,
+                        "response_length": len(mask),
+                        "loss_mask": mask,
+                        "rollout_log_probs": [-0.5 if m else 0.0 for m in mask],
+                        "metadata": md,
+                    }
+                )
+        aborted = {**slime_sample(p, 2, 1, p * 3 + 2, False), "tokens": [0, 0], "loss_mask": [0]}
+        samples.append({**aborted, "status": "aborted", "remove_sample": True, "reward": 0.0})
+    torch.save({"rollout_id": 1, "samples": samples}, root / "1.pt")
+    trace, _ = import_ok(tmp_path, "slime", root, extra=("--max-tokens", str(BUDGET)))
+    df = trace.df
+    assert trace.meta.group_size == 4 and len(df) == 8
+    got = sorted(
+        zip(df["prompt_len"], df["response_len"], df["max_tokens"], df["finish_reason"], strict=True)
+    )
+    expected = [
+        (0, 19, 24, "stop"),
+        (BUDGET + 3, 12, 12, "length"),
+        (0, 16, 16, "length"),
+        (4 + 3, 5, 12, "stop"),
+    ]
+    assert got == sorted((len(PROMPTS[p]) + x, *rest) for p in range(2) for x, *rest in expected)
+    assert set(df["prompt_id"]) == {stable_id(tuple(p)) for p in PROMPTS[:2]}
+    note = trace.meta.notes["import"]
+    assert note["samples_without_response"] == 2 and note["turns"] == {"1": 4, "2": 4}
+    assert (note["fanout_rollouts"], note["fanout_samples"]) == (4, 8)
+    vals, off = trace.token_arrays("response_tokens")
+    pvals, poff = trace.token_arrays("prompt_tokens")
+    i = int(np.flatnonzero(df["response_len"].to_numpy() == 5)[0])
+    assert vals[off[i] : off[i + 1]].tolist() == response_ids(1 + 5, 5)
+    assert pvals[poff[i] : poff[i + 1]].tolist()[-7:] == [*response_ids(1, 4), 73, 74, 75]
+
+
+def nemo_history_line(p: int, k: int, turns: list[int], v060: bool, idx: int) -> dict[str, Any]:
+    """A GRPO line whose prompt is a chat with an assistant message of its own (history H),
+    then the generated turns, each followed by the environment's observation. Only the
+    generated messages have `generation_logprobs` (`generate_responses`); the loss-mask loop
+    gives the others zeros and mask 0, except v0.6.0's, which gives every assistant message
+    mask 1 (fixed in c3bb1d78, v0.7.0: only messages with generation_logprobs)."""
+    history, follow_up = [90, 91, 92, 93], [94, 95]
+    seq = PROMPTS[p] + history + follow_up
+    mask = [0] * len(PROMPTS[p]) + [int(v060)] * len(history) + [0] * len(follow_up)
+    logprobs = [0.0] * len(seq)
+    for t, n in enumerate(turns):
+        out, obs = response_ids(k * 3 + t, n), [70 + t, 71, 72]
+        seq, mask, logprobs = (
+            seq + out + obs,
+            [*mask, *[1] * n, 0, 0, 0],
+            [*logprobs, *[-0.25] * n, 0.0, 0.0, 0.0],
+        )
+    pad = 60 - len(seq)
+    return {
+        "content": [[words(seq)]],
+        "rewards": [float(k)],
+        "input_lengths": [len(seq)],
+        "token_ids": [seq + [0] * pad],
+        "token_loss_mask": [mask + [0] * pad],
+        "sample_loss_mask": [1.0],
+        "advantages": [[0.5] * 60],
+        "generation_logprobs": [logprobs + [0.0] * pad],
+        "prev_logprobs": [[-0.3] * 60],
+        "idx": idx,
+    }
+
+
+def test_nemo_rl_0_6_prompt_history_is_not_a_turn(tmp_path: Path) -> None:
+    """v0.6.0 masks the prompt's own assistant message with 1; its zero log-probs tell it
+    from the generated ones, so the prompt and the turns are those of v0.7.0's dump."""
+    traces = {}
+    for v060 in (True, False):
+        root = tmp_path / f"logs{int(v060)}"
+        root.mkdir()
+        lines = [nemo_history_line(p, k, t, v060, p * 4 + k) for p in range(2) for k, t in enumerate(TURNS)]
+        path = root / "train_data_step1.jsonl"
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        traces[v060], _ = import_ok(tmp_path, "nemo-rl", root, extra=("--max-tokens", str(BUDGET)))
+    df = traces[True].df
+    got = sorted(zip(df["response_len"], df["max_tokens"], df["finish_reason"], strict=True))
+    assert got == sorted([(5, 12, "stop"), (19, 24, "stop"), (27, 36, "stop"), (16, 16, "length")] * 2)
+    assert sorted(df["prompt_len"]) == sorted(len(PROMPTS[p]) + 6 for p in range(2) for _ in TURNS)
+    assert set(df["prompt_id"]) == {stable_id((*p, 90, 91, 92, 93, 94, 95)) for p in PROMPTS[:2]}
+    note = traces[True].meta.notes["import"]
+    assert note["turns"] == {"1": 2, "2": 4, "3": 2} and note["prompts_with_assistant_history"] == 8
+    pd.testing.assert_frame_equal(df, traces[False].df)
+    for name in ("response_tokens", "prompt_tokens"):
+        assert traces[True].lists[name].equals(traces[False].lists[name])
+    assert "prompts_with_assistant_history" not in traces[False].meta.notes["import"]
+    lines[0]["generation_logprobs"] = [["-0.25"]]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    line = import_fails(tmp_path, "nemo-rl", path, extra=("--max-tokens", str(BUDGET)))
+    assert line == (
+        f"Error: {path} line 1: field 'generation_logprobs' is not a list of numbers as long as "
+        "'input_lengths'"
+    )
+
+
+def test_areal_multi_turn_prompt_ids_and_token_ids(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """`GroupedRolloutWorkflow` runs `MultiTurnWorkflow` n_samples times on one prompt (one
+    task). A record's prompt text is its sequence cut at prompt_len, so a two-turn record's
+    runs into its first output: at step 1 such a record heads its task, at step 2 a one-turn
+    one does, and the prompt keeps its id. Its completion's ids are the sequence's tail (the
+    retry message's tokens in, its output's start out), so --max-turns adds no token ids."""
+    retry = [80, 81, 82, 83]
+    plan = {1: [[BUDGET, 7], [5], [4, 6], [9]], 2: [[5], [BUDGET, 7], [9], [4, 6]]}
+    for step, episodes in plan.items():
+        d = tmp_path / "log" / "rollout" / str(step)
+        d.mkdir(parents=True)
+        for p in range(2):
+            records = []
+            for k, turns in enumerate(episodes):
+                seq = list(PROMPTS[p])
+                for t, n in enumerate(turns):
+                    seq += (retry if t else []) + response_ids(k * 3 + t, n)
+                end = len(seq) - sum(turns)  # (prompt_end = seqlen - sum(loss_mask))
+                records.append(
+                    {
+                        "task_id": step * 10 + p,
+                        "sample_idx": k,
+                        "seqlen": len(seq),
+                        "prompt_len": end,
+                        "head_version": step - 1,
+                        "tail_version": step,
+                        "reward": float(len(turns) == 1),
+                        "prompt": words(seq[:end]),
+                        "completion": words(seq[end:]),
+                    }
+                )
+            (d / f"{step * 10 + p}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    extra = ("--max-tokens", str(BUDGET), "--max-turns", "2")
+    trace, _ = import_ok(tmp_path, "areal", tmp_path / "log", extra=extra)
+    df = trace.df
+    assert trace.meta.group_size == 4 and len(df) == 16
+    ids = df.groupby("step")["prompt_id"].apply(set).tolist()
+    assert ids == [{stable_id(words(p)) for p in PROMPTS[:2]}] * 2
+    assert not trace.has_tokens()
+    tokens, said = import_said(tmp_path, "areal", tmp_path / "log", *extra, "--tokenizer", str(tokenizer_dir))
+    assert not tokens.has_tokens()
+    assert "token ids left out: a multi-turn record's texts (--max-turns) are cut at prompt_len" in said
+    pd.testing.assert_frame_equal(tokens.df, df)

@@ -15,7 +15,8 @@ The step is `tail_version` (the weights the response finished with, and the dire
 filed under). The response length is `seqlen - prompt_len`; AReaL skips responses with no
 generated token, so a group can come out short: with `--group-size` such groups are dropped
 (and counted), without it the differing sizes are refused. A prompt's id is the hash of its
-text, so the same prompt keeps its id across steps (task ids do not recur). Budget: `--max-tokens`
+text (for a multi-turn workflow see below), so the same prompt keeps its id across steps
+(task ids do not recur). Budget: `--max-tokens`
 (`gconfig.max_new_tokens` is not dumped); epochs: `--steps-per-epoch`.
 
 Multi-turn workflows (`areal/workflow/multi_turn.py`, `MultiTurnWorkflow.arun_episode`:
@@ -35,10 +36,25 @@ the fewest turns that hold it, and it is 'length' only where it fills them all. 
 count such responses by that least number of turns (`turns_at_least`). Without
 `--max-turns`, such a response is refused, as for any format: the budget given is wrong.
 
+A multi-turn record's `prompt` text, cut at `prompt_len`, runs past the prompt into the
+first output (by as many tokens as the inputs between turns), so it is not the prompt's key.
+A task is one prompt's group (`GroupedRolloutWorkflow`, `areal/infra/remote_inf_engine.py`,
+runs the workflow `n_samples` times on it), so a row's prompt is keyed by the common start
+of its task's prompt texts: the prompt itself wherever a response of the task took one turn
+(and in a single-turn dump, whose tasks repeat one text). Where every response of a task
+took several turns, that start runs on into whatever their first outputs share (a `<think>`
+tag), and the prompt's id then differs from its id at other steps.
+
 No token ids are dumped, but the text is decoded with ``skip_special_tokens=False``, so with
 `--tokenizer DIR` it is encoded again and the ids become the trace's token columns, kept
 only where every response (prompt) encodes to exactly its recorded length: ids of a
 different count would contradict the lengths the dump records.
+
+With `--max-turns` no token ids are added: a multi-turn record's `completion` is its
+sequence's tail, which holds the inputs between turns and lacks the start of its first
+output (of the same count, so its length agrees), and no record says how many turns it
+took. Without `--max-turns` the texts are taken as one turn's (as for agents exported with
+`export_style: individual`, one record per call, whose texts are exact).
 
 Releases v0.3.0-lite to v0.5.1 wrote coloured text files instead (`areal_text.py`, which
 needs `--tokenizer`); a path holding those is read that way.
@@ -61,10 +77,12 @@ from simctl.traces.importers.common import (
     find_files,
     get,
     json_lines,
+    stable_id,
 )
 from simctl.traces.importers.tokenize import load_tokenizer
 
 UPSTREAM = "inclusionAI/AReaL@4aef98d8 areal/infra/workflow_executor.py (_dump_trajectory)"
+_MULTI_TURN_TEXTS = "a multi-turn record's texts (--max-turns) are cut at prompt_len, not at its first output"
 
 
 def _is_dump(path: Path) -> bool:
@@ -78,6 +96,25 @@ def _attach_tokens(rows: RowSet, texts: list[tuple[str, str]], tokenizer: Path) 
         (("prompt_tokens", rows.prompt_len), ("response_tokens", rows.response_len))
     ):
         rows.keep_tokens(name, tok.encode([t[i] for t in texts]), lengths)
+
+
+def _prompt_keys(rows: RowSet, texts: list[tuple[str, str]], tasks: list[tuple[int, int]]) -> None:
+    """Keys each row's prompt by the common start of its task's prompt texts: the prompt
+    itself where any response of the task took one turn (a longer text is the sequence cut
+    past it, holding part of the first output). A single-turn dump's tasks repeat one text,
+    so nothing changes there."""
+    by_task: dict[tuple[int, int], list[str]] = {}
+    for (prompt, _), task in zip(texts, tasks, strict=True):
+        by_task.setdefault(task, []).append(prompt)
+    common = {task: _common_start(prompts) for task, prompts in by_task.items()}
+    rows.prompt = [stable_id(common[task]) for task in tasks]
+
+
+def _common_start(texts: list[str]) -> str:
+    """The longest text all of `texts` start with: that of the first and the last in order
+    (where the first is not a start of the last, they differ within it)."""
+    low, high = min(texts), max(texts)
+    return low[: next((i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), len(low))]
 
 
 def _turns_budget(length: int, opts: ImportOptions, turns: Counter[int], where: str) -> int | None:
@@ -110,6 +147,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
         read_text(text, rows, opts.tokenizer)
         return rows, FormatFacts()
     texts: list[tuple[str, str]] = []
+    tasks: list[tuple[int, int]] = []  # (tail_version, task_id) per row: its group
     turns: Counter[int] = Counter()  # (responses over --max-tokens by their least number of turns)
     seen: dict[tuple[int, int, int], str] = {}  # (tail_version, task_id, sample_idx) -> where
     for path in files:
@@ -139,6 +177,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                     f"at {first}): several data-parallel ranks appended to one file, whose "
                     "groups cannot be told apart"
                 )
+            tasks.append((step, task))
             rows.add(
                 where,
                 step=step,
@@ -150,7 +189,13 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                 budget=_turns_budget(seqlen - prompt_len, opts, turns, where),
                 reward=reward,
             )
-    if opts.tokenizer is not None:
+    _prompt_keys(rows, texts, tasks)
+    if opts.tokenizer is not None and opts.max_turns is not None:
+        # (a multi-turn record's texts are its sequence cut at prompt_len: the completion's ids
+        # hold the inputs between turns, not the generated tokens, and its first turn's start
+        # is in the prompt's; nothing tells which records took one turn)
+        rows.notes["token_ids_left_out"] = _MULTI_TURN_TEXTS
+    elif opts.tokenizer is not None:
         _attach_tokens(rows, texts, opts.tokenizer)
     if turns:
         rows.notes["turns_at_least"] = {str(n): turns[n] for n in sorted(turns)}

@@ -138,7 +138,7 @@ def import_cmd(
     if notes.get("reward_dicts"):
         click.echo(f"rewards left out: {notes['reward_dicts']} are dicts; pass --reward-key KEY", err=True)
     if max_turns is not None and fmt != "areal":
-        why = "nemo-rl dumps mark each turn" if fmt == "nemo-rl" else "only areal dumps need it"
+        why = f"{fmt} dumps mark each turn" if fmt in ("nemo-rl", "slime") else "only areal dumps need it"
         click.echo(f"--max-turns not used: {why}", err=True)
     if notes.get("turns_at_least"):
         n = sum(notes["turns_at_least"].values())
@@ -147,6 +147,8 @@ def import_cmd(
             "of --max-tokens that hold them)",
             err=True,
         )
+    if notes.get("token_ids_left_out"):
+        click.echo(f"token ids left out: {notes['token_ids_left_out']}", err=True)
     matching = notes.get("response_tokens_matching_rows")
     if matching is not None and "response_tokens" not in imported.lists:
         click.echo(f"token ids left out: {len(df) - matching} responses encode to another length", err=True)

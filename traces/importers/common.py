@@ -252,6 +252,40 @@ def as_token_ids(value: Any, key: str, where: str) -> list[int]:
     return value
 
 
+def runs_of_ones(mask: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each run of 1s in a 0/1 loss mask: the generated turns of a multi-turn
+    response (the environment's tokens between them are 0; an empty observation would join
+    two turns into one).
+
+    >>> runs_of_ones([0, 1, 1, 0, 0, 1])
+    [(1, 3), (5, 6)]
+    """
+    runs: list[tuple[int, int]] = []
+    start: int | None = None
+    for i, m in enumerate([*mask, 0]):
+        if m == 1 and start is None:
+            start = i
+        elif m != 1 and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def turn_budget(turns: list[int], per_turn: int | None, where: str) -> int | None:
+    """The budget of a multi-turn response whose dump marks its turns: --max-tokens (the
+    budget of one turn) for each, and each must fit it; None for one turn (or without
+    --max-tokens), whose budget is found as for any dump."""
+    if len(turns) == 1 or per_turn is None:
+        return None
+    for i, n in enumerate(turns, start=1):
+        if n > per_turn:
+            raise DumpError(
+                f"{where}: turn {i} of {len(turns)} generated {n} tokens, above --max-tokens {per_turn} "
+                "(the budget of a turn)"
+            )
+    return len(turns) * per_turn
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

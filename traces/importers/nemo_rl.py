@@ -34,6 +34,19 @@ per-turn budget); a response whose last turn reached `--max-tokens` was cut ther
 dumped, so the budget is not capped by it, and a turn cut by the context below
 `--max-tokens` reads as 'stop'. The notes count responses by turns (`turns`).
 
+Multi-turn chat prompts: a prompt's messages may include assistant messages of its own (the
+history of a conversation). v0.6.0 (5fb58893) gives every assistant message
+`token_loss_mask` 1 (`grpo.py`, the loss-mask loop of `grpo_train` and `async_grpo_train`),
+so that history would read as a generated turn, and the prompt as ending before it; from
+c3bb1d78 (v0.7.0) only a message that carries `generation_logprobs`, a generated one, gets 1
+(`add_grpo_token_loss_masks_and_generation_logprobs`). Both dump `generation_logprobs`:
+the rollout's log-probs on generated messages (`nemo_rl/experience/rollouts.py`,
+`generate_responses`) and zeros on every other message. So leading runs of 1s whose
+log-probs are all 0, before a run with any other, are read as the prompt's own; the notes
+count such responses (`prompts_with_assistant_history`). A generated first turn whose every
+log-prob is exactly 0 (each token sampled with probability 1) would be read as the prompt's
+too; a line without `generation_logprobs` is read by the mask alone.
+
 Releases before 0.6.0 (v0.2.1-v0.5.0) write no `token_ids` or `token_loss_mask`, only the
 text (`content`: the prompt's messages as the chat template rendered them, then the
 response) and `input_lengths`. With `--tokenizer DIR` the response text is encoded again
@@ -47,7 +60,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +74,8 @@ from simctl.traces.importers.common import (
     find_files,
     get,
     json_lines,
+    runs_of_ones,
+    turn_budget,
 )
 from simctl.traces.importers.tokenize import TextTokenizer, load_tokenizer, response_ids
 
@@ -101,6 +115,27 @@ def _text_row(
     return tuple(content[:-1]), length - len(generated), generated, truncated, reward
 
 
+def _history(obj: dict[str, Any], runs: list[tuple[int, int]], length: int, where: str) -> int:
+    """How many of the leading runs of `token_loss_mask` are the prompt's own assistant
+    messages (a multi-turn chat prompt's history), not generated ones. v0.6.0 masks every
+    assistant message with 1; only a generated one carries `generation_logprobs` (the rest
+    are given zeros), so a run whose log-probs are all 0 before a run that has any other is
+    the prompt's. 0 where the line has no `generation_logprobs`."""
+    if "generation_logprobs" not in obj:
+        return 0
+    logprobs = _one(obj, "generation_logprobs", where)
+    if not (
+        isinstance(logprobs, list)
+        and len(logprobs) >= length
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in logprobs[:length])
+    ):
+        raise DumpError(
+            f"{where}: field 'generation_logprobs' is not a list of numbers as long as 'input_lengths'"
+        )
+    generated = [any(x != 0 for x in logprobs[a:b]) for a, b in runs]
+    return generated.index(True) if any(generated) else 0
+
+
 def _row(
     obj: dict[str, Any], where: str, rows: RowSet
 ) -> tuple[list[int], list[int], list[int], float | None]:
@@ -115,29 +150,17 @@ def _row(
             f"{where}: field 'input_lengths' {length} must be in 1..{min(len(ids), len(mask))} "
             "(the length of 'token_ids' and 'token_loss_mask')"
         )
-    if 1 not in mask[:length]:
-        raise DumpError(f"{where}: field 'token_loss_mask' marks no generated token")
-    first = mask.index(1)
-    generated = [t for t, m in zip(ids[first:length], mask[first:length], strict=True) if m == 1]
     # (a turn: a run of generated tokens, mask 1; the environment's tokens between, mask 0)
-    turns = [len(list(run)) for m, run in groupby(mask[first:length]) if m == 1]
+    runs = runs_of_ones(mask[:length])
+    if not runs:
+        raise DumpError(f"{where}: field 'token_loss_mask' marks no generated token")
+    history = _history(obj, runs, length, where)
+    if history:
+        rows.notes["prompts_with_assistant_history"] = rows.notes.get("prompts_with_assistant_history", 0) + 1
+    runs = runs[history:]
+    generated = [t for a, b in runs for t in ids[a:b]]
     reward = as_reward(_one(obj, "rewards", where), "rewards", where, rows)
-    return ids[:first], generated, turns, reward
-
-
-def _turn_budget(turns: list[int], per_turn: int | None, where: str) -> tuple[int | None, bool | None]:
-    """(budget, truncated) of a multi-turn response: --max-tokens for each turn, and cut
-    where its last turn reached that; (None, None) for one turn (or no --max-tokens), whose
-    budget and ending are found as for any dump."""
-    if len(turns) == 1 or per_turn is None:
-        return None, None
-    for i, n in enumerate(turns, start=1):
-        if n > per_turn:
-            raise DumpError(
-                f"{where}: turn {i} of {len(turns)} generated {n} tokens, above --max-tokens {per_turn} "
-                "(the budget of a turn)"
-            )
-    return len(turns) * per_turn, turns[-1] == per_turn
+    return ids[: runs[0][0]], generated, [b - a for a, b in runs], reward
 
 
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
@@ -175,7 +198,9 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             prompt, generated, turns, reward = _row(obj, where, rows)
             if not prompt:
                 raise DumpError(f"{where}: field 'token_loss_mask' marks the first token (no prompt)")
-            budget, truncated = _turn_budget(turns, opts.max_tokens, where)
+            budget = turn_budget(turns, opts.max_tokens, where)
+            # (a multi-turn response whose last turn reached a turn's budget was cut there)
+            truncated = None if budget is None else turns[-1] == opts.max_tokens
             turn_counts[len(turns)] += 1
             rows.add(
                 where,

@@ -39,6 +39,39 @@ different sizes, which a trace cannot hold, the import is refused naming the fie
 `--group-size 1` (every sample a group of its own); `--group-size G` cuts each group, in
 rollout order, into groups of G as for any format.
 
+Multi-turn samples (a generate function that calls tools between turns:
+`examples/search-r1/generate_with_search.py`, `examples/retool/generate_with_retool.py`,
+`examples/geo3k_vlm_multi_turn/rollout.py`; agent sessions: `slime/agent/trajectory.py`,
+`TrajectoryManager` from v0.3.1, `merge_turns` in v0.3.0) hold every turn in the response:
+`response_length` counts the generated tokens and the tool's or environment's between them,
+and `loss_mask` (one entry per response token, `Sample.append_response_tokens`) is 1 on the
+generated ones only. The response replayed is the runs of 1s, its turns, and its token ids
+are theirs; the tokens before the first run belong to the prompt of its request (context
+an agent sample re-emits with 0: a later leaf's shared turns, `_SampleBuilder.append_turn`;
+a partial rollout's earlier tokens under `--mask-offpolicy-in-partial-rollout`,
+`slime/rollout/sglang_rollout.py`, `generate_and_rm`), those between turns are counted in
+neither. As for NeMo-RL, the budget is the number of turns times `--max-tokens` (each call's
+`max_new_tokens`), each turn must fit it, and the notes count samples by turns (`turns`);
+the prompt id stays that of the dataset's prompt (the tokens before the response). A sample
+was cut at its budget where its status is "truncated"; agent samples are always "completed"
+and record it in `metadata["truncated"]` (the chain's last turn ended by length,
+`TrajectoryManager._chain_to_samples`; v0.3.0, bf14dc21: `metadata["finish_reason"]`,
+`make_turn_segment`). A sample whose mask ends in the environment's tokens was truncated by
+the context after a turn that stopped (retool's observation overflow, geo3k's spent budget),
+so it is 'stop'. A sample whose mask marks no token (a partial rollout with no budget left,
+an agent's aborted placeholder, `examples/coding_agent_rl/generate.py`, `_abort_result`) is
+left out and counted (`samples_without_response`).
+
+Not in the dump, so not corrected: a turn whose call had less than `--max-tokens` (retool
+and the agent adapters cap it by the context left, `slime/agent/adapters/common.py`,
+`call_sglang_generate`; geo3k spends one budget over all turns) reads as 'stop' unless it
+is the last of a truncated sample; an agent turn re-tokenized differently in the next
+prompt (`DriftKind.REALIGN`) is overwritten by the prompt's tokens with 0, so it is not
+counted; `metadata["truncated"]` is the chain's, copied onto each sample a fork split it
+into; a sample cut at the session's `max_context_tokens` (`_SampleBuilder.to_sample`) lost
+the end of its last turn; under `--mask-offpolicy-in-partial-rollout` the continuation's
+budget was `--max-tokens` less the earlier tokens.
+
 Only ``torch.load(path, weights_only=True)`` is used: unpickling runs code, and a dump is
 someone else's file. A file that needs more than tensors and plain containers is refused.
 """
@@ -62,6 +95,8 @@ from simctl.traces.importers.common import (
     as_token_ids,
     find_files,
     get,
+    runs_of_ones,
+    turn_budget,
 )
 
 UPSTREAM = "THUDM/slime@624b824a slime/observability/rollout_data_utils.py (save_debug_rollout_data)"
@@ -148,11 +183,38 @@ def _reward(rows: RowSet, value: Any, key: str | None, at: str) -> float | None:
     return as_reward(value, "reward", at, rows) if isinstance(value, int | float) else None
 
 
+def _loss_mask(sample: dict[str, Any], length: int, at: str) -> list[int] | None:
+    """The sample's `loss_mask` over its response tokens (1: generated, 0: a tool's or the
+    environment's), None where it has none."""
+    mask = _plain(sample.get("loss_mask"))
+    if mask is None:
+        return None
+    if not isinstance(mask, list) or any(m not in (0, 1) for m in mask):
+        raise DumpError(f"{at}: field 'loss_mask' is not a list of 0 and 1")
+    if len(mask) != length:
+        raise DumpError(f"{at}: field 'loss_mask' has {len(mask)} entries, 'response_length' is {length}")
+    return mask
+
+
+def _truncated(sample: dict[str, Any], status: str | None, mask: list[int] | None) -> bool | None:
+    """Whether the response was cut at its budget: status "truncated", or, for agent samples
+    (always "completed"), `metadata["truncated"]` (v0.3.1 on) or `metadata["finish_reason"]`
+    "length" (v0.3.0). A multi-turn sample whose mask ends in the environment's tokens was
+    cut by the context after its last turn, which stopped."""
+    md = sample.get("metadata")
+    md = md if isinstance(md, dict) else {}
+    if status is None and "truncated" not in md and "finish_reason" not in md:
+        return None
+    cut = status == "truncated" or md.get("truncated") is True or md.get("finish_reason") == "length"
+    return cut and (mask is None or mask[-1] == 1)
+
+
 def _sample(
     rows: RowSet, sample: Any, step: int, i: int, where: str, opts: ImportOptions
-) -> tuple[list[int], list[int]] | None:
-    """Adds one sample to `rows`; returns its (prompt ids, response ids), None for an
-    aborted or failed sample with no response (counted in the notes)."""
+) -> tuple[list[int], list[int], int] | None:
+    """Adds one sample to `rows`; returns its (prompt ids, generated ids, turns), None for
+    an aborted or failed sample with no response, or one whose loss mask marks no token
+    (counted in the notes)."""
     if not isinstance(sample, dict):
         raise DumpError(f"{where}: samples[{i}] is {type(sample).__name__}, expected a dict")
     at = f"{where} sample {i}"
@@ -167,7 +229,18 @@ def _sample(
             f"{at}: field 'response_length' {length} must be in 1..{len(tokens) - 1} "
             f"('tokens' has {len(tokens)} ids, the prompt's first)"
         )
-    prompt = tuple(tokens[: len(tokens) - length])
+    start = len(tokens) - length
+    mask = _loss_mask(sample, length, at)
+    # (the generated turns: runs of 1 in the loss mask; the tokens before the first are the
+    # prompt of its request, those between later turns are counted in neither)
+    runs = [(0, length)] if mask is None else runs_of_ones(mask)
+    if not runs:
+        rows.notes["samples_without_response"] = rows.notes.get("samples_without_response", 0) + 1
+        return None
+    prompt = tokens[: start + runs[0][0]]
+    generated = [t for a, b in runs for t in tokens[start + a : start + b]]
+    turns = [b - a for a, b in runs]
+    key = tuple(tokens[:start])  # (the dataset's prompt: its id is the same at every step)
     group = sample.get("group_index")
     status = sample.get("status")
     if status is not None and not isinstance(status, str):
@@ -176,15 +249,16 @@ def _sample(
     rows.add(
         at,
         step=step,
-        group=prompt if group is None else as_int(_plain(group), "group_index", at),
-        prompt=prompt,
+        group=key if group is None else as_int(_plain(group), "group_index", at),
+        prompt=key,
         order=i if order is None else as_int(_plain(order), "index", at),
         prompt_len=len(prompt),
-        response_len=length,
-        truncated=None if status is None else status == "truncated",
+        response_len=len(generated),
+        truncated=_truncated(sample, status, mask),
+        budget=turn_budget(turns, opts.max_tokens, at),
         reward=_reward(rows, _plain(sample.get("reward")), opts.reward_key, at),
     )
-    return list(prompt), tokens[len(prompt) :]
+    return prompt, generated, len(turns)
 
 
 def _rollout(sample: dict[str, Any], at: str) -> tuple[str, int] | None:
@@ -230,6 +304,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
     prompts: list[list[int]] = []
     responses: list[list[int]] = []
     rollouts: list[tuple[str, int] | None] = []  # (a fanned-out sample's rollout, per row)
+    turns: Counter[int] = Counter()  # (samples by their number of generated turns)
     for path in files:
         pack = load(path)
         where = str(path)
@@ -245,8 +320,11 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             if got is not None:
                 prompts.append(got[0])
                 responses.append(got[1])
+                turns[got[2]] += 1
                 rollouts.append(_rollout(sample, f"{where} sample {i}"))
     rows.prompt_tokens, rows.response_tokens = prompts, responses
+    if max(turns, default=1) > 1:
+        rows.notes["turns"] = {str(n): turns[n] for n in sorted(turns)}
     _fanout(rows, rollouts, opts)
     if any(r is None for r in rows.reward):
         rows.reward = [None] * len(rows)
