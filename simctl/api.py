@@ -11,9 +11,13 @@
     result.timeline       # one row per busy segment of a worker (timeline.parquet)
     result.report("out")  # out/run (a run directory) and out/index.html (the comparison report)
 
+    done = simctl.sweep("sweep.toml", "sweep_out")  # or the spec as a dict: what SPEC.toml holds
+    done.table            # sweep.parquet: one row per point (axes, param_<name>, metrics)
+
 The same code paths as `simctl replay` (sim/replay.py, the run format of
-traces/run_format.py, reports/build.py); errors are the CLI's one-line exceptions
-(`TraceError`, `PolicySpecError`, `SimError`, `ValueError` for a bad cluster or steps).
+traces/run_format.py, reports/build.py) and `simctl sweep` (simctl/sweep_runner.py);
+errors are the CLI's one-line exceptions (`TraceError`, `PolicySpecError`, `SimError`,
+`SweepSpecError`, `ValueError` for a bad cluster or steps).
 Policies are spec strings (`"ngram:gamma=4"`, `"my_policies.py:Mine"`), `Policy`
 subclasses (built with their default parameters) or `Policy` objects (used as they are).
 """
@@ -21,9 +25,10 @@ subclasses (built with their default parameters) or `Policy` objects (used as th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -38,7 +43,7 @@ from simctl.traces.plugins import class_family
 from simctl.traces.run_format import RunDoc
 from simctl.traces.validate import load_valid_trace
 
-__all__ = ["Result", "load_trace", "replay"]
+__all__ = ["Result", "Sweep", "load_trace", "replay", "sweep"]
 
 PolicyLike = str | type[Policy] | Policy
 
@@ -180,3 +185,51 @@ def replay(
         runs[run.name] = run
     label = Path(str(loaded.path)) if loaded.path is not None else Path("<in-memory trace>")
     return Result(setup=setup, runs=runs, doc=run_document(setup, runs, label))
+
+
+@dataclass
+class Sweep:
+    """A sweep's results: its tables (`sweep.parquet`, `sweep_steps.parquet`) and report."""
+
+    out: Path
+    table: pd.DataFrame
+    steps: pd.DataFrame
+    report: Path
+    ran: int
+    skipped: int
+    backend: str
+
+
+def sweep(
+    spec: str | Path | Mapping[str, Any],
+    out: str | Path,
+    *,
+    workers: int | None = None,
+    ray: bool | None = None,
+    ray_address: str | None = None,
+    plugins: Sequence[str] = (),
+) -> Sweep:
+    """Replay every point of a design space into the sweep directory `out`, as `simctl sweep`
+    does: `spec` is a SPEC.toml file, or its content as a dict (relative trace paths then
+    against the current directory); `plugins` as `--plugin` (never named by the spec).
+    Resumable: a second call skips the complete points. `ray`: None uses Ray where it is
+    installed and more than one worker runs (or `ray_address` is given), as the command
+    does; False runs on a local process pool (the same results)."""
+    from simctl.sweep_runner import default_workers, ray_available, run_sweep
+    from simctl.sweep_spec import load_spec, spec_from_data
+    from simctl.sweep_table import write_outputs
+
+    if isinstance(spec, Mapping):
+        loaded = spec_from_data(dict(spec), Path.cwd() / "<sweep spec>", plugins)
+    else:
+        loaded = load_spec(Path(spec), plugins)
+    out = Path(out)
+    if workers is None and not ray_address:
+        workers = default_workers()
+    if ray is None:
+        ray = bool(ray_address) or (workers != 1 and ray_available())
+    if ray_address and not ray:
+        raise ValueError("ray_address needs ray=True (or None)")
+    done = run_sweep(loaded, out, workers, ray, ray_address, command="simctl.sweep (Python API)")
+    table, steps, index = write_outputs(loaded, out, done.backend)
+    return Sweep(out, table, steps, index, done.ran, done.skipped, done.backend)

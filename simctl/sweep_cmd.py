@@ -18,7 +18,6 @@ import click
 
 from simctl.sweep_checkpoint import CHECKPOINT_S
 from simctl.sweep_runner import (
-    REPORT,
     TABLE,
     SweepResult,
     check_sweep_dir,
@@ -27,7 +26,7 @@ from simctl.sweep_runner import (
     run_sweep,
 )
 from simctl.sweep_spec import load_spec
-from simctl.sweep_table import sweep_tables, write_tables
+from simctl.sweep_table import write_outputs
 from simctl.traces.cli_options import NumberRange
 
 
@@ -130,12 +129,6 @@ def sweep_cmd(
     click.echo(
         f"{result.total} points: {result.ran} run ({result.backend}), {result.skipped} already complete"
     )
-    table, steps = sweep_tables(spec, out)
-    write_tables(table, steps, out)
+    _table, _steps, index = write_outputs(spec, out, result.backend)
     click.echo(f"wrote {out / TABLE}")
-    from simctl.reports.sweep_page import build_sweep_report
-
-    index = build_sweep_report(
-        table, steps, out / REPORT, {"spec": str(spec_path), "backend": result.backend}
-    )
     click.echo(f"report: {index}")

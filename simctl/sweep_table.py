@@ -115,3 +115,15 @@ def sweep_tables(spec: SweepSpec, out: Path) -> tuple[pd.DataFrame, pd.DataFrame
 def write_tables(table: pd.DataFrame, steps: pd.DataFrame, out: Path) -> None:
     atomic_write(out / TABLE, lambda tmp: table.to_parquet(tmp, index=False))
     atomic_write(out / STEPS_TABLE, lambda tmp: steps.to_parquet(tmp, index=False))
+
+
+def write_outputs(spec: SweepSpec, out: Path, backend: str) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
+    """After a sweep ran: its tables written into `out` and its report page rendered
+    (the command's and the Python API's last steps): (table, steps table, report index)."""
+    from simctl.reports.sweep_page import build_sweep_report
+    from simctl.sweep_runner import REPORT
+
+    table, steps = sweep_tables(spec, out)
+    write_tables(table, steps, out)
+    index = build_sweep_report(table, steps, out / REPORT, {"spec": str(spec.path), "backend": backend})
+    return table, steps, index

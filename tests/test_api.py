@@ -115,4 +115,46 @@ def test_import_simctl_stays_light() -> None:
     code = "import sys, simctl; assert 'simctl.api' not in sys.modules and 'pandas' not in sys.modules"
     code += "; assert callable(simctl.replay) and 'simctl.api' in sys.modules; print(sorted(simctl.__all__))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['Result', '__version__', 'load_trace', 'replay']"
+    assert out.strip() == "['Result', 'Sweep', '__version__', 'load_trace', 'replay', 'sweep']"
+
+
+SWEEP = {
+    "sweep": {"traces": [str(SAMPLE)], "steps": "0:1", "clusters": ["a100x8:tp1"], "seeds": [0, 1]},
+    "policies": {"verl": {}, "ngram": {"gamma": [2, 4]}},
+}
+
+
+def test_sweep_from_a_dict_equals_the_command(tmp_path: Path) -> None:
+    """`simctl.sweep` on the spec as a dict gives the command's table (and report), and a
+    second call skips every complete point."""
+    done = simctl.sweep(SWEEP, tmp_path / "api", workers=1)
+    assert (done.ran, done.skipped, done.backend) == (6, 0, "process pool")
+    assert done.report == tmp_path / "api" / "report" / "index.html" and done.report.is_file()
+    table = done.table
+    assert sorted(zip(table["policy"], table["param_gamma"].fillna(0), table["seed"], strict=True)) == [
+        ("ngram", 2, 0),
+        ("ngram", 2, 1),
+        ("ngram", 4, 0),
+        ("ngram", 4, 1),
+        ("verl", 0, 0),
+        ("verl", 0, 1),
+    ]
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[sweep]\ntraces = ["{SAMPLE}"]\nsteps = "0:1"\nclusters = ["a100x8:tp1"]\nseeds = [0, 1]\n'
+        "[policies]\nverl = {}\nngram = { gamma = [2, 4] }\n"
+    )
+    res = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "cli"), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    cli = pd.read_parquet(tmp_path / "cli" / "sweep.parquet")
+    keep = ["point_id", "policy", "seed", "param_gamma", "makespan_s", "throughput_tok_s", "gpu_seconds"]
+    pd.testing.assert_frame_equal(done.table[keep].reset_index(drop=True), cli[keep].reset_index(drop=True))
+    again = simctl.sweep(SWEEP, tmp_path / "api", workers=1)
+    assert (again.ran, again.skipped) == (0, 6)
+
+
+def test_sweep_spec_errors_are_the_commands() -> None:
+    from simctl.sweep_spec import SweepSpecError
+
+    with pytest.raises(SweepSpecError, match=r"policies\.ngram\.gama: unknown parameter"):
+        simctl.sweep({**SWEEP, "policies": {"ngram": {"gama": [2]}}}, "unused", workers=1)
