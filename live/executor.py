@@ -65,8 +65,7 @@ from simctl.policies.contract import (
     StepStarted,
     Tick,
     WorkerIdle,
-    asked_about,
-    plugin_failure,
+    decide,
     wants_tick,
 )
 from simctl.traces.cli_options import WorkerFault
@@ -214,13 +213,7 @@ class LiveExecutor:
         acct = self._step_accounts()
         acct.events += 1
         t0 = time.perf_counter()
-        try:
-            actions = self.policy.on_event(event, self.view)
-        except Exception as exc:
-            failure = plugin_failure(self.policy, asked_about(event), exc)
-            if failure is None:
-                raise
-            raise failure from exc
+        actions = decide(self.policy, event, self.view)
         acct.policy_s += time.perf_counter() - t0
         if actions:
             self.actions.apply(actions)

@@ -529,9 +529,16 @@ class PolicyRaised(RuntimeError):
     policy: left unwrapped, any exception is reported as a bug in simctl."""
 
 
-def asked_about(event: Event) -> str:
-    """What an executor asked a policy that raised on `event`, for `plugin_failure`."""
-    return f"on_event({type(event).__name__} at t={event.time_s:.3f} s)"
+def decide(policy: Policy, event: Event, view: ClusterView) -> Sequence[Action]:
+    """`policy.on_event(event, view)`, for executors: an exception of a plug-in's own code
+    comes out as `PolicyRaised` (`plugin_failure`)."""
+    try:
+        return policy.on_event(event, view)
+    except Exception as exc:
+        failure = plugin_failure(policy, f"on_event({type(event).__name__} at t={event.time_s:.3f} s)", exc)
+        if failure is None:
+            raise
+        raise failure from exc
 
 
 def plugin_failure(policy: Policy, asked: str, exc: BaseException) -> PolicyRaised | None:

@@ -39,8 +39,7 @@ from simctl.policies.contract import (
     SpecConfig,
     StepFinished,
     StepStarted,
-    asked_about,
-    plugin_failure,
+    decide,
     wants_tick,
 )
 from simctl.sim.acceptance_source import AcceptanceSource, SampledAcceptance
@@ -188,13 +187,7 @@ class StepSimulation:
     # ---------------------------------------------------------------------- events
     def emit(self, event: Event) -> None:
         self.counters["events"] += 1
-        try:
-            actions = self.policy.on_event(event, self.view)
-        except Exception as exc:
-            failure = plugin_failure(self.policy, asked_about(event), exc)
-            if failure is None:
-                raise
-            raise failure from exc
+        actions = decide(self.policy, event, self.view)
         if actions:
             self.apply_actions(actions)
 
