@@ -61,16 +61,18 @@ def checkpoint_dir(run_dir: Path) -> Path:
 def code_fingerprint() -> str:
     """A hash of the sources a replay runs (the simulator, the policies, the trace layer and
     this package): a checkpoint taken with other code is not resumed."""
-    import simctl
     import simctl.policies
     import simctl.sim
     import simctl.traces
 
     digest = hashlib.sha256()
-    for module in (simctl, simctl.sim, simctl.policies, simctl.traces):
-        root = Path(str(module.__file__)).parent
+    # (this package's folder from this file: importing `simctl` here would close an import
+    # cycle through the Python API, which runs sweeps)
+    roots = [("simctl", Path(__file__).parent)]
+    roots += [(m.__name__, Path(str(m.__file__)).parent) for m in (simctl.sim, simctl.policies, simctl.traces)]
+    for name, root in roots:
         for path in sorted(root.rglob("*.py")):
-            digest.update(f"{module.__name__}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(f"{name}/{path.relative_to(root).as_posix()}\0".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
 

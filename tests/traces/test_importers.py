@@ -925,35 +925,43 @@ def test_nemo_rl_multi_turn_responses(tmp_path: Path) -> None:
     assert line.endswith(": turn 1 of 2 generated 13 tokens, above --max-tokens 12 (the budget of a turn)")
 
 
+def write_areal_episodes(log: Path, step: int, task: int, p: int, episodes: list[list[int]]) -> None:
+    """One task's `MultiTurnWorkflow` episodes of prompt `p` at `step`, as `_dump_trajectory`
+    writes them: the sequence is the prompt, then each turn's output with the retry message
+    before the next; `prompt_len` is the sequence less the outputs (seqlen - sum(loss_mask));
+    the reward is 1 for an episode of one turn."""
+    retry = [80, 81, 82, 83]
+    records = []
+    for k, turns in enumerate(episodes):
+        seq = list(PROMPTS[p])
+        for t, n in enumerate(turns):
+            seq += (retry if t else []) + response_ids(k * 3 + t, n)
+        end = len(seq) - sum(turns)
+        records.append(
+            {
+                "task_id": task,
+                "sample_idx": k,
+                "seqlen": len(seq),
+                "prompt_len": end,
+                "head_version": step - 1,
+                "tail_version": step,
+                "reward": float(len(turns) == 1),
+                "prompt": words(seq[:end]),
+                "completion": words(seq[end:]),
+            }
+        )
+    folder = log / "rollout" / str(step)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
 def test_areal_multi_turn_responses(tmp_path: Path) -> None:
     """`MultiTurnWorkflow` episodes as `_dump_trajectory` writes them: the sequence is the
     prompt, then each output with the retry message before the next; `prompt_len` is the
     sequence less the outputs, so the turns are not dumped, and a response longer than a
     turn's budget is given the fewest turns that hold it."""
-    retry = [80, 81, 82, 83]
-    d = tmp_path / "log" / "rollout" / "1"
-    d.mkdir(parents=True)
     for p in range(2):
-        records = []
-        for k, turns in enumerate(TURNS):
-            seq = list(PROMPTS[p])
-            for t, n in enumerate(turns):
-                seq += (retry if t else []) + response_ids(k * 3 + t, n)
-            end = len(seq) - sum(turns)  # (prompt_end = seqlen - sum(loss_mask))
-            records.append(
-                {
-                    "task_id": p,
-                    "sample_idx": k,
-                    "seqlen": len(seq),
-                    "prompt_len": end,
-                    "head_version": 0,
-                    "tail_version": 1,
-                    "reward": float(k == 0),
-                    "prompt": words(seq[:end]),
-                    "completion": words(seq[end:]),
-                }
-            )
-        (d / f"{p}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        write_areal_episodes(tmp_path / "log", 1, p, p, TURNS)
     # nothing in the dump says it is multi-turn: without --max-turns the budget is wrong
     line = import_fails(tmp_path, "areal", tmp_path / "log", extra=("--max-tokens", str(BUDGET)))
     assert f"exceeds the budget {BUDGET}" in line and "--max-turns N" in line
@@ -1180,32 +1188,10 @@ def test_areal_multi_turn_prompt_ids_and_token_ids(tmp_path: Path, tokenizer_dir
     runs into its first output: at step 1 such a record heads its task, at step 2 a one-turn
     one does, and the prompt keeps its id. Its completion's ids are the sequence's tail (the
     retry message's tokens in, its output's start out), so --max-turns adds no token ids."""
-    retry = [80, 81, 82, 83]
     plan = {1: [[BUDGET, 7], [5], [4, 6], [9]], 2: [[5], [BUDGET, 7], [9], [4, 6]]}
     for step, episodes in plan.items():
-        d = tmp_path / "log" / "rollout" / str(step)
-        d.mkdir(parents=True)
         for p in range(2):
-            records = []
-            for k, turns in enumerate(episodes):
-                seq = list(PROMPTS[p])
-                for t, n in enumerate(turns):
-                    seq += (retry if t else []) + response_ids(k * 3 + t, n)
-                end = len(seq) - sum(turns)  # (prompt_end = seqlen - sum(loss_mask))
-                records.append(
-                    {
-                        "task_id": step * 10 + p,
-                        "sample_idx": k,
-                        "seqlen": len(seq),
-                        "prompt_len": end,
-                        "head_version": step - 1,
-                        "tail_version": step,
-                        "reward": float(len(turns) == 1),
-                        "prompt": words(seq[:end]),
-                        "completion": words(seq[end:]),
-                    }
-                )
-            (d / f"{step * 10 + p}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+            write_areal_episodes(tmp_path / "log", step, step * 10 + p, p, episodes)
     extra = ("--max-tokens", str(BUDGET), "--max-turns", "2")
     trace, _ = import_ok(tmp_path, "areal", tmp_path / "log", extra=extra)
     df = trace.df
@@ -1217,3 +1203,129 @@ def test_areal_multi_turn_prompt_ids_and_token_ids(tmp_path: Path, tokenizer_dir
     assert not tokens.has_tokens()
     assert "token ids left out: a multi-turn record's texts (--max-turns) are cut at prompt_len" in said
     pd.testing.assert_frame_equal(tokens.df, df)
+
+
+# --- verl and ROLL multi-turn: what their dumps cannot tell ------------------------------
+
+
+def write_verl_multi_turn(root: Path) -> Path:
+    """`{global_step}.jsonl` as v0.5.0's `_dump_generations` writes an sglang multi-turn
+    rollout (`multi_turn.enable`, `_req_level_generate_sequences`): `output` decodes every
+    turn, the tool's response between them included (response_mask 0, not dumped), and
+    each line carries its request's `request_id` (uuid4). No `gts` before v0.6.0."""
+    root.mkdir()
+    lines = []
+    for p in range(2):
+        for k, turns in enumerate(TURNS):
+            response: list[int] = []
+            for t, n in enumerate(turns):
+                response += ([70 + t, 71, 72] if t else []) + response_ids(k * 3 + t, n)
+            lines.append(
+                {
+                    "input": words(PROMPTS[p]),
+                    "output": words(response),
+                    "score": float(k % 2),
+                    "step": 1,
+                    "request_id": f"8c6f0d7e-3b1a-4c55-9d2e-{p:04d}{k:08d}",
+                }
+            )
+    (root / "1.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return root
+
+
+def test_verl_multi_turn_dumps_are_refused(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """verl never dumps response_mask or the turns, so a multi-turn response's decoded text
+    holds the tool's tokens as if generated: v0.5.0's `request_id` (only the sglang
+    multi-turn rollout sets it) and --max-turns above 1 are refused in one line;
+    --max-turns 1 says no response took a second turn, and the text is read as one."""
+    dump = write_verl_multi_turn(tmp_path / "rollout_data")
+    extra = ("--tokenizer", str(tokenizer_dir), "--max-tokens", str(3 * BUDGET))
+    line = import_fails(tmp_path, "verl", dump, extra=extra)
+    assert line == (
+        f"Error: {dump / '1.jsonl'} line 1: field 'request_id' marks verl's sglang multi-turn rollout "
+        "(v0.5.0, multi_turn.enable), whose 'output' holds the tool and environment tokens between "
+        "turns; pass --max-turns 1 if no response took a second turn"
+    )
+    plain = write_verl(tmp_path / "plain")
+    for path in (dump, plain):
+        line = import_fails(tmp_path, "verl", path, extra=(*extra, "--max-turns", "2"))
+        assert line.startswith("Error: --max-turns 2: verl dumps of multi-turn rollouts cannot be imported: ")
+        assert line.endswith(
+            "neither response_mask nor the turns are dumped (--max-turns 1: every response is one turn)"
+        )
+    trace, said = import_said(tmp_path, "verl", dump, *extra, "--max-turns", "1")
+    assert "8 responses of a multi-turn rollout read as one turn each (--max-turns 1)" in said
+    df = trace.df
+    assert trace.meta.group_size == 4 and len(df) == 8
+    assert set(df["prompt_id"]) == {stable_id(words(p)) for p in PROMPTS[:2]}
+    assert trace.meta.notes["import"]["read_as_one_turn"] == 8
+    # (as the user said: the whole text, the tool's words in it, plus the EOS)
+    assert sorted(df["response_len"]) == sorted(
+        sum(t) + 3 * (len(t) - 1) + 1 for _ in range(2) for t in TURNS
+    )
+    assert (df["max_tokens"] == 3 * BUDGET).all() and (df["finish_reason"] == "stop").all()
+    # a single-turn dump with --max-turns 1 imports as without it
+    base = ("--tokenizer", str(tokenizer_dir), "--max-tokens", str(BUDGET))
+    one, said = import_said(tmp_path, "verl", plain, *base, "--max-turns", "1")
+    assert "--max-turns not used: no line is of verl's sglang multi-turn rollout (request_id)" in said
+    pd.testing.assert_frame_equal(one.df, import_ok(tmp_path, "verl", plain, extra=base)[0].df)
+
+
+def roll_agentic_columns(kind: str, n: int) -> dict[str, Any]:
+    """One step's columns as `dump_rollout_trajectories` (roll/pipeline/agentic/utils.py,
+    v0.2.0 on) hands them to the RLVR writer: the env manager's `COLUMMNS_CONFIG` columns,
+    rows with a None dropped, then `global_step`. `native`: AgentNativeStepEnvManager's
+    trajectory row; `proxy`: ProxyEnvManager's row per branch (v0.3.0 on)."""
+    messages = [
+        {"role": "system", "content": "w1"},
+        {"role": "user", "content": words(PROMPTS[0])},
+        {"role": "assistant", "content": words(response_ids(0, 5))},
+        {"role": "tool", "content": "w70 w71 w72"},
+        {"role": "assistant", "content": words(response_ids(1, 4))},
+    ]
+    if kind == "native":
+        data = {
+            "trajectory_id": "swe_0_1_0_0_0_42_20260101_000000_000000",
+            "env_info": {"env_id": 0, "group_id": 0, "tag": "swe", "mode": "train", "max_steps": 8},
+            "length_info": {"trajectory_length": 2, "num_actions": 2, "terminated": True, "truncated": False},
+            "reward_info": {"episode_reward": 1.0, "step_rewards": [0.0, 1.0]},
+            "failure_info": {"failure_mode": "", "stop_reason": "FINISH", "has_failure": False},
+        }
+        chat = json.dumps([messages])  # (all_messages: a list of chats)
+    else:
+        data = {
+            "trajectory_id": "proxy_0_1_42_0_20260101_000000_000000",
+            "num_actions": 2,
+            "branch_or_step_idx": 0,
+            "num_branches_or_steps": 1,
+            "reward_info": {"episode_reward": 1.0, "step_reward": 1.0},
+            "messages": messages,
+            "finish_reason": "stop",
+        }
+        chat = json.dumps(messages)
+    return {
+        "trajectory_data": [json.dumps(data)] * n,
+        "messages": [chat] * n,
+        "tools": [json.dumps([{"type": "function", "function": {"name": "bash"}}])] * n,
+        "exp_name": ["swe_agentic"] * n,
+        "global_step": [3] * n,
+    }
+
+
+@pytest.mark.parametrize("kind", ["native", "proxy"])
+def test_roll_agentic_dumps_are_refused_naming_what_they_lack(
+    tmp_path: Path, tokenizer_dir: Path, kind: str
+) -> None:
+    """The agentic pipeline writes `rollout_dump_data.step_N.jsonl` too, through the same
+    writer, but with its trajectory columns only: no responses, token ids or response mask,
+    so its generated tokens cannot be told from the environment's."""
+    root = tmp_path / "dump"
+    root.mkdir()
+    path = root / "rollout_dump_data.step_3.jsonl"
+    path.write_text(json.dumps(roll_agentic_columns(kind, 4), ensure_ascii=False) + "\n")
+    line = import_fails(tmp_path, "roll", root, extra=("--tokenizer", str(tokenizer_dir)))
+    assert line == (
+        f"Error: {path} line 1: a ROLL agentic pipeline dump (column 'trajectory_data'): it has no "
+        "'responses', token ids or response_mask, so a trajectory's generated tokens cannot be told from "
+        "the environment's; only the RLVR pipeline's dumps can be imported"
+    )

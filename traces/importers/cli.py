@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from simctl.traces.cli_options import NumberRange
-from simctl.traces.importers.common import DumpError, ImportOptions
+from simctl.traces.importers.common import DumpError, Imported, ImportOptions
 from simctl.traces.io import write_trace
 from simctl.traces.outputs import check_output_file
 
@@ -71,7 +71,10 @@ def _model(name: str) -> str:
 @click.option(
     "--max-turns",
     type=click.IntRange(min=1),
-    help="areal: a multi-turn workflow's max_turns (each turn's budget is --max-tokens).",
+    help=(
+        "areal: a multi-turn workflow's max_turns (each turn's budget is --max-tokens); "
+        "verl: 1 says no response took a second turn (more is refused)."
+    ),
 )
 @click.option("--steps-per-epoch", type=click.IntRange(min=1), help="Steps per pass over the prompts.")
 @click.option(
@@ -128,6 +131,17 @@ def import_cmd(
         f"wrote {output} ({fmt}: {files} files, {df['step'].nunique()} steps, {groups} groups of "
         f"{imported.meta.group_size}, {tokens}, model {opts.model})"
     )
+    _say_notes(fmt, imported, tokenizer, reward_key, max_turns)
+    if imported.dropped_rows:
+        click.echo(f"dropped {imported.dropped_rows} responses of incomplete groups", err=True)
+
+
+def _say_notes(
+    fmt: str, imported: Imported, tokenizer: Path | None, reward_key: str | None, max_turns: int | None
+) -> None:
+    """What the import's notes tell the user: options given but not used, rewards, turns and
+    token ids left out (on stderr)."""
+    df = imported.df
     notes = imported.meta.notes["import"]
     used = fmt in ("verl", "roll", "areal") or "tokens" in notes
     if tokenizer is not None and not used:
@@ -137,9 +151,17 @@ def import_cmd(
         click.echo(f"--reward-key not used: {why}", err=True)
     if notes.get("reward_dicts"):
         click.echo(f"rewards left out: {notes['reward_dicts']} are dicts; pass --reward-key KEY", err=True)
-    if max_turns is not None and fmt != "areal":
-        why = f"{fmt} dumps mark each turn" if fmt in ("nemo-rl", "slime") else "only areal dumps need it"
+    if max_turns is not None and fmt != "areal" and not notes.get("read_as_one_turn"):
+        why = {
+            "nemo-rl": "nemo-rl dumps mark each turn",
+            "slime": "slime dumps mark each turn",
+            "verl": "no line is of verl's sglang multi-turn rollout (request_id)",
+            "roll": "ROLL's RLVR pipeline is single-turn",
+        }.get(fmt, "only areal dumps need it")
         click.echo(f"--max-turns not used: {why}", err=True)
+    if notes.get("read_as_one_turn"):
+        n = notes["read_as_one_turn"]
+        click.echo(f"{n} responses of a multi-turn rollout read as one turn each (--max-turns 1)", err=True)
     if notes.get("turns_at_least"):
         n = sum(notes["turns_at_least"].values())
         click.echo(
@@ -152,5 +174,3 @@ def import_cmd(
     matching = notes.get("response_tokens_matching_rows")
     if matching is not None and "response_tokens" not in imported.lists:
         click.echo(f"token ids left out: {len(df) - matching} responses encode to another length", err=True)
-    if imported.dropped_rows:
-        click.echo(f"dropped {imported.dropped_rows} responses of incomplete groups", err=True)

@@ -16,6 +16,24 @@ Groups are the responses of a step with the same `id` (else the same prompt text
 group size, budget and temperature come from `generation_config` unless given. Token counts
 need `--tokenizer DIR` (text only is dumped): the prompt is `prompt`, or the contents of
 `messages` joined, so its length is approximate (the chat template is not applied).
+
+The RLVR pipeline is single-turn (`roll/distributed/scheduler/user_defined_rollout_loop.py`:
+multi-turn is a TODO). The agentic pipeline (`roll/pipeline/agentic/agentic_pipeline.py`,
+`agentic_rollout_pipeline.py`) dumps each step's batch with `dump_rollout_trajectories`
+(`roll/pipeline/agentic/utils.py`, cec5234a, v0.1.3 on) through the same writer, so its
+files have the same names, but only the columns the env manager names in
+`meta_info["COLUMMNS_CONFIG"]`: `trajectory_data` (JSON text: ids, env, timing, length and
+reward info), `messages` (JSON text of the chat: the environment's last observation, with
+the last reply appended as decoded text), `tools`, `exp_name`, and `global_step`.
+Only `AgentNativeStepEnvManager` (from v0.2.0, 3077befc: one row per trajectory, its last
+step's; `remove_nan_items` drops the others) and `ProxyEnvManager` (from v0.3.0, 7f9d4d38:
+one row per branch or step) name them; the others (`TrajEnvManager`, `StepEnvManager`, ...)
+name none, and v0.1.3 read the key `COLUMNS_CONFIG`, which none set: nothing is written. The
+agentic dumps hold no `responses`, no token ids and no `response_mask` (the tensors that mark
+each turn's generated tokens are not written), and the chat's earlier assistant messages
+are the environment's rendering, so a trajectory's generated turns cannot be told from the
+environment's tokens: such a file is refused in one line naming what it lacks. (The
+validation batch is dumped into the same directory under the same step's name.)
 """
 
 from __future__ import annotations
@@ -114,6 +132,17 @@ def _merge(a: FormatFacts, b: FormatFacts, where: str) -> FormatFacts:
     return a
 
 
+def _refuse_agentic(obj: dict[str, Any], where: str) -> None:
+    """Refuse the agentic pipeline's dump (columns `trajectory_data`, `messages`, `tools`):
+    it records no response, token ids or response mask, so no turn can be counted."""
+    if "responses" not in obj and "trajectory_data" in obj:
+        raise DumpError(
+            f"{where}: a ROLL agentic pipeline dump (column 'trajectory_data'): it has no 'responses', "
+            "token ids or response_mask, so a trajectory's generated tokens cannot be told from the "
+            "environment's; only the RLVR pipeline's dumps can be imported"
+        )
+
+
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
     tok = load_tokenizer(opts.tokenizer, "roll")
     what = "ROLL dump files (rollout_dump_data.step_N.jsonl, or rollout_data.jsonl)"
@@ -123,6 +152,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
     for path in files:
         for number, obj in _last_per_step(path):
             where = f"{path} line {number}"
+            _refuse_agentic(obj, where)
             responses = get(obj, "responses", where)
             if not isinstance(responses, list):
                 raise DumpError(f"{where}: column 'responses' is not a list")

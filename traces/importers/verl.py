@@ -21,6 +21,21 @@ What the dump lacks and how it is recovered:
 - budget (`rollout.response_length`): `--max-tokens`; a response whose encoding fills it
   was truncated;
 - epochs: `--steps-per-epoch`.
+
+Multi-turn rollouts (sglang `multi_turn.enable`, `_req_level_generate_sequences` in
+`verl/workers/rollout/sglang_rollout/sglang_rollout.py` up to v0.6.1; the agent loop,
+`verl/experimental/agent_loop/tool_agent_loop.py`, from v0.5.0) put every turn in
+`responses`, the tool's or environment's tokens between the generated ones included, and
+tell them apart only by `response_mask` (0 on those), which is not dumped; neither is the
+agent loop's `__num_turns__` (the naive reward manager hands it to `compute_score` in
+`extra_info`, nothing writes it back). The decoded `output` therefore holds the tool text,
+and nothing in it tells which tokens were generated: such a dump cannot be imported right.
+`--max-turns N` above 1 (the user saying the run was multi-turn) is refused in one line.
+v0.5.0 (ac826e05) also dumps the sglang multi-turn rollout's `request_id` (a uuid4 per
+request; the single-turn paths have none, and from v0.6.0, 50368ae2, it is no longer
+dumped), so a v0.5.0 line with `request_id` is refused too, naming `--max-turns 1`, with
+which the user says that no response took a second turn and it is read as a single-turn
+one (counted in the notes: `read_as_one_turn`).
 """
 
 from __future__ import annotations
@@ -60,7 +75,19 @@ def _one_dump(files: list[Path]) -> None:
             )
 
 
+def _refuse_multi_turn(opts: ImportOptions) -> None:
+    """Refuse `--max-turns N` above 1: the decoded text of a multi-turn response holds the
+    tool and environment tokens between its turns, and nothing dumped tells them apart."""
+    if opts.max_turns is not None and opts.max_turns > 1:
+        raise DumpError(
+            f"--max-turns {opts.max_turns}: verl dumps of multi-turn rollouts cannot be imported: "
+            "'output' is the decoded response with the tool and environment tokens between turns, and "
+            "neither response_mask nor the turns are dumped (--max-turns 1: every response is one turn)"
+        )
+
+
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
+    _refuse_multi_turn(opts)
     tok = load_tokenizer(opts.tokenizer, "verl")
     files = find_files(paths, lambda p: bool(_NAME.match(p.name)), "verl dump files ({global_step}.jsonl)")
     _one_dump(files)
@@ -75,6 +102,15 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             score = obj.get("score")
             reward = None if score is None else as_reward(score, "score", where, rows)
             step = as_int(get(obj, "step", where), "step", where)
+            if "request_id" in obj:
+                # (v0.5.0's sglang multi-turn rollout: the tools' text is in 'output')
+                if opts.max_turns != 1:
+                    raise DumpError(
+                        f"{where}: field 'request_id' marks verl's sglang multi-turn rollout (v0.5.0, "
+                        "multi_turn.enable), whose 'output' holds the tool and environment tokens between "
+                        "turns; pass --max-turns 1 if no response took a second turn"
+                    )
+                rows.notes["read_as_one_turn"] = rows.notes.get("read_as_one_turn", 0) + 1
             records.append((where, prompt, response, reward, step))
         prompts = tok.encode([r[1] for r in records])
         responses = tok.encode([r[2] for r in records])
