@@ -69,7 +69,8 @@ def code_fingerprint() -> str:
     # (this package's folder from this file: importing `simctl` here would close an import
     # cycle through the Python API, which runs sweeps)
     roots = [("simctl", Path(__file__).parent)]
-    roots += [(m.__name__, Path(str(m.__file__)).parent) for m in (simctl.sim, simctl.policies, simctl.traces)]
+    layers = (simctl.sim, simctl.policies, simctl.traces)
+    roots += [(m.__name__, Path(str(m.__file__)).parent) for m in layers]
     for name, root in roots:
         for path in sorted(root.rglob("*.py")):
             digest.update(f"{name}/{path.relative_to(root).as_posix()}\0".encode())
