@@ -130,3 +130,69 @@ def test_vidur_crosscheck_matches_the_documented_ranges():
     doc = (ROOT / "docs/calibration.md").read_text()
     assert "| decode, 8-256 sequences | 0.59-0.90 | 0.29-0.89 | 0.45-1.02 |" in doc
     assert "| prefill, one sequence of 512-4,096 tokens | 0.90-1.07 | 0.51-1.03 | 0.63-1.05 |" in doc
+
+
+def test_published_crosscheck_matches_the_documented_ranges():
+    """`published_crosscheck.py`: each published timing becomes ms per output step (a batch's
+    wall time over its output tokens, or batch / output tokens per second), and the ranges
+    docs/calibration.md states ("Published decode timings cross-check") are what the cost
+    model gives now: a change of the cost model that moves them must update that section."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import published_crosscheck as pc
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    table = pc.rows()
+    assert len(table) == 77 and set(table["gpu"]) == {"a100", "h100"}
+    assert len(table[table["gpu"] == "h100"]) == 49 and table["source"].nunique() == 4
+    trt = table[
+        (table["engine"] == "TensorRT-LLM")
+        & (table["model"] == "Llama-3-8B")
+        & (table["tp"] == 1)
+        & (table["batch"] == 1)
+        & (table["in"] == 128)
+    ].iloc[0]
+    assert trt["published_ms"] == pytest.approx(1e3 * 0.896754 / 128)
+    turbo = table[
+        (table["model"] == "Llama-2-70B") & (table["engine"] == "TurboMind") & (table["batch"] == 64)
+    ]
+    assert turbo.iloc[0]["published_ms"] == pytest.approx(1e3 * 64 / 1425.79)
+    # (source, engine, gpu, tp>1): ratio range, batch-1 weight-streaming share of the datasheet
+    # HBM bandwidth, implied all-reduce latency at batch 1 (us)
+    ranges = {
+        ("argonne", "TensorRT-LLM", "h100", False): (0.77, 0.92, 0.60, 0.68, None),
+        ("argonne", "TensorRT-LLM", "h100", True): (0.67, 0.84, None, None, (20, 38)),
+        ("argonne", "vLLM", "h100", False): (0.69, 0.83, 0.58, 0.62, None),
+        ("argonne", "vLLM", "h100", True): (0.44, 0.82, None, None, (27, 56)),
+        ("torchao", "torch.compile", "h100", False): (0.82, 0.82, 0.61, 0.61, None),
+        ("torchao", "torch.compile", "a100", False): (0.95, 1.00, 0.71, 0.75, None),
+        ("gpt-fast", "torch.compile", "a100", False): (0.93, 0.98, 0.69, 0.74, None),
+        ("gpt-fast", "torch.compile", "a100", True): (0.84, 1.58, None, None, (12, 107)),
+        ("lmdeploy", "TurboMind", "a100", False): (0.79, 1.13, 0.66, 0.73, None),
+        ("lmdeploy", "TurboMind", "a100", True): (0.80, 1.01, None, None, (43, 43)),
+    }
+    summary = pc.summary(table)
+    assert len(summary) == len(ranges)
+    for key, (lo, hi, hbm_lo, hbm_hi, ar) in ranges.items():
+        got = summary.loc[key]
+        assert [round(got["ratio_min"], 2), round(got["ratio_max"], 2)] == [lo, hi], key
+        if hbm_lo is not None:
+            assert [round(got["b1_hbm_min"], 2), round(got["b1_hbm_max"], 2)] == [hbm_lo, hbm_hi], key
+        if ar is not None:
+            assert (round(got["implied_ar_us_min"]), round(got["implied_ar_us_max"])) == ar, key
+    # gpt-fast's TP>1 all-reduce range without the Llama-3.1-70B TP2 row (weights fill the card)
+    fast = table[(table["source"] == "gpt-fast") & (table["tp"] > 1)]
+    full = (fast["model"] == "Llama-3.1-70B") & (fast["tp"] == 2)
+    assert round(fast.loc[~full, "implied_ar_us"].max()) == 31
+    assert round(fast.loc[full, "ratio"].iloc[0], 2) == 0.84
+    doc = (ROOT / "docs/calibration.md").read_text()
+    for line in (
+        "| LLM-Inference-Bench, TensorRT-LLM 0.11 | H100 | 0.77-0.92 | 0.67-0.84 | 0.60-0.68 | 20-38 us |",
+        "| LLM-Inference-Bench, vLLM V0 | H100 | 0.69-0.83 | 0.44-0.82 | 0.58-0.62 | 27-56 us |",
+        "| torchao, torch.compile | H100 | 0.82 | - | 0.61 | - |",
+        "| torchao, torch.compile | A100 | 0.95-1.00 | - | 0.71-0.75 | - |",
+        "| gpt-fast, torch.compile | A100 | 0.93-0.98 | 0.84-1.58 | 0.69-0.74 | "
+        "12-31 us (107 at Llama-3.1-70B TP2) |",
+        "| lmdeploy TurboMind v0.1 | A100 | 0.79-1.13 | 0.80-1.01 | 0.66-0.73 | 43 us |",
+    ):
+        assert line in doc, line
