@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Literal, NamedTuple, Protocol
+from typing import Literal, NamedTuple, NoReturn, Protocol
 
 from simctl.policies.draft_rule import DraftRule
 from simctl.policies.params import PolicyParams
@@ -512,10 +512,7 @@ def wants_tick(policy: Policy, worker: WorkerId, view: ClusterView) -> bool:
     try:
         return bool(asks(worker, view))
     except Exception as exc:
-        failure = plugin_failure(policy, f"wants_ticks(worker {worker})", exc)
-        if failure is None:
-            raise
-        raise failure from exc
+        _reraise(policy, f"wants_ticks(worker {worker})", exc)
 
 
 #: The module name prefix under which `traces/plugins.py` loads a `file.py:Class` plug-in.
@@ -535,10 +532,15 @@ def decide(policy: Policy, event: Event, view: ClusterView) -> Sequence[Action]:
     try:
         return policy.on_event(event, view)
     except Exception as exc:
-        failure = plugin_failure(policy, f"on_event({type(event).__name__} at t={event.time_s:.3f} s)", exc)
-        if failure is None:
-            raise
-        raise failure from exc
+        _reraise(policy, f"on_event({type(event).__name__} at t={event.time_s:.3f} s)", exc)
+
+
+def _reraise(policy: Policy, asked: str, exc: Exception) -> NoReturn:
+    """Raise `exc` again, as `PolicyRaised` (it the cause) where `plugin_failure` says so."""
+    failure = plugin_failure(policy, asked, exc)
+    if failure is None:
+        raise exc
+    raise failure from exc
 
 
 def plugin_failure(policy: Policy, asked: str, exc: BaseException) -> PolicyRaised | None:

@@ -51,7 +51,6 @@ from simctl.sweep_transfer import (
     RunFiles,
     local_policy_spec,
     local_trace,
-    plugin_file,
     read_run_files,
     scratch_dir,
     sees_sweep_dir,
@@ -59,6 +58,7 @@ from simctl.sweep_transfer import (
 )
 from simctl.traces.atomic import remove_stale_temporaries
 from simctl.traces.outputs import OutputPathError, check_output_dir
+from simctl.traces.plugins import plugin_file
 from simctl.traces.run_format import RUN_JSON, RunDoc
 
 if TYPE_CHECKING:

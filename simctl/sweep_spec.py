@@ -51,7 +51,7 @@ from simctl.sim.models import get_model
 from simctl.sim.replay import trace_draft_methods
 from simctl.traces.io import Trace, TraceError
 from simctl.traces.plugins import family as policy_family
-from simctl.traces.plugins import is_plugin_spec, known_names, make_policy, resolve
+from simctl.traces.plugins import is_plugin_spec, known_names, make_policy, plugin_file, resolve
 from simctl.traces.validate import load_valid_trace
 
 SWEEP_KEYS = ("traces", "steps", "clusters", "seeds", "zip")
@@ -140,7 +140,7 @@ def command_line_plugins(specs: Sequence[str]) -> dict[str, tuple[Family[Any], s
         head, _, rest = spec.partition(":")
         if not is_plugin_spec(spec) or ":" in rest:
             raise SweepSpecError(f"--plugin {spec!r}: expected module.path:Class or file.py:Class")
-        if head.endswith(".py") or "/" in head:
+        if plugin_file(spec):
             spec = f"{Path(head).expanduser().resolve()}:{rest}"
         try:
             family, _ = resolve(spec)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from simctl.traces.atomic import atomic_write, replace_dir
+from simctl.traces.plugins import plugin_file
 
 #: A run directory's files as a task returns them: plain file name -> contents.
 RunFiles = dict[str, bytes]
@@ -90,13 +91,6 @@ def local_trace(
         raise ValueError(f"{path}: the bytes sent have SHA-256 {got[:12]}, not the driver's {digest[:12]}")
     atomic_write(cached, lambda tmp: tmp.write_bytes(sent))
     return cached
-
-
-def plugin_file(policy_spec: str) -> str | None:
-    """The file of a plug-in policy spec (`/abs/file.py:Class[:args]`, as the sweep's tasks
-    carry it), None for anything else (a built-in name, `pkg.module:Class`)."""
-    head, sep, _ = policy_spec.partition(":")
-    return head if sep and (head.endswith(".py") or "/" in head or "\\" in head) else None
 
 
 def local_policy_spec(policy_spec: str, digest: str | None, fetch: Callable[[], bytes] | None) -> str:

@@ -18,12 +18,12 @@ from simctl.sweep_transfer import (
     file_digest,
     local_policy_spec,
     local_trace,
-    plugin_file,
     read_run_files,
     sees_sweep_dir,
     trace_cache_dir,
     write_run_files,
 )
+from simctl.traces.plugins import plugin_file
 
 
 @pytest.fixture(autouse=True)

@@ -66,6 +66,17 @@ def is_plugin_spec(spec: str) -> bool:
     return second.isidentifier() and head not in REGISTRY and head not in _entry_point_names()
 
 
+def plugin_file(spec: str) -> str | None:
+    """The file of a `file.py:Class[:args]` spec (its first part ends in .py or is a path),
+    None for anything else (a built-in name, `module.path:Class`).
+
+    >>> plugin_file("policies/mine.py:Mine:gamma=4"), plugin_file("pkg.mod:Cls"), plugin_file("ngram:gamma=4")
+    ('policies/mine.py', None, None)
+    """
+    head, sep, _ = spec.partition(":")
+    return head if sep and (head.endswith(".py") or "/" in head or "\\" in head) else None
+
+
 def _entry_point_names() -> set[str]:
     return {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
@@ -147,8 +158,7 @@ def _plugin_family(spec: str) -> tuple[Family[Any], str]:
     cls_name, _, arg_text = rest.partition(":")
     if not cls_name or not cls_name.isidentifier():
         raise PolicySpecError(f"policy {quote(spec)}: expected module.path:Class or file.py:Class")
-    is_file = head.endswith(".py") or "/" in head or "\\" in head
-    module = _load_file(Path(head), spec) if is_file else _load_module(head, spec)
+    module = _load_file(Path(head), spec) if plugin_file(spec) else _load_module(head, spec)
     cls = getattr(module, cls_name, None)
     if cls is None:
         raise PolicySpecError(f"policy {quote(spec)}: {head} has no class {quote(cls_name)}")

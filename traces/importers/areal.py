@@ -62,6 +62,7 @@ needs `--tokenizer`); a path holding those is read that way.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -106,15 +107,9 @@ def _prompt_keys(rows: RowSet, texts: list[tuple[str, str]], tasks: list[tuple[i
     by_task: dict[tuple[int, int], list[str]] = {}
     for (prompt, _), task in zip(texts, tasks, strict=True):
         by_task.setdefault(task, []).append(prompt)
-    common = {task: _common_start(prompts) for task, prompts in by_task.items()}
+    # (os.path.commonprefix compares character by character, which is what texts need here)
+    common = {task: os.path.commonprefix(prompts) for task, prompts in by_task.items()}  # noqa: RUF071
     rows.prompt = [stable_id(common[task]) for task in tasks]
-
-
-def _common_start(texts: list[str]) -> str:
-    """The longest text all of `texts` start with: that of the first and the last in order
-    (where the first is not a start of the last, they differ within it)."""
-    low, high = min(texts), max(texts)
-    return low[: next((i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), len(low))]
 
 
 def _turns_budget(length: int, opts: ImportOptions, turns: Counter[int], where: str) -> int | None:
@@ -198,5 +193,5 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
     elif opts.tokenizer is not None:
         _attach_tokens(rows, texts, opts.tokenizer)
     if turns:
-        rows.notes["turns_at_least"] = {str(n): turns[n] for n in sorted(turns)}
+        rows.note_counts("turns_at_least", turns)
     return rows, FormatFacts()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,16 @@ class RowSet:
         self.notes[f"{name}_matching_rows"] = agree
         setattr(self, name, ids if agree == len(ids) else None)
 
+    def count(self, note: str) -> None:
+        """One more of what `note` counts in the import's notes (a sample left out, a reward
+        that is not a number, ...)."""
+        self.notes[note] = self.notes.get(note, 0) + 1
+
+    def note_counts(self, note: str, counts: Mapping[int, int]) -> None:
+        """`counts` (how many responses had each number of turns, ...) in the notes, by
+        that number in order (JSON keys are text)."""
+        self.notes[note] = {str(n): counts[n] for n in sorted(counts)}
+
     def __len__(self) -> int:
         return len(self.step)
 
@@ -199,7 +209,7 @@ def json_lines(path: Path, empty: RowSet | None = None) -> Iterator[tuple[int, d
     if not seen:
         if empty is None:
             raise DumpError(f"{path}: no records (empty file)")
-        empty.notes["empty_files"] = empty.notes.get("empty_files", 0) + 1
+        empty.count("empty_files")
 
 
 def get(obj: dict[str, Any], key: str, where: str) -> Any:
@@ -231,7 +241,7 @@ def as_reward(value: Any, key: str, where: str, rows: RowSet) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DumpError(f"{where}: field '{key}' is {_show(value)}, expected a number")
     if not math.isfinite(value):
-        rows.notes["rewards_not_finite"] = rows.notes.get("rewards_not_finite", 0) + 1
+        rows.count("rewards_not_finite")
         return None
     return float(value)
 

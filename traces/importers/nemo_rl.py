@@ -156,7 +156,7 @@ def _row(
         raise DumpError(f"{where}: field 'token_loss_mask' marks no generated token")
     history = _history(obj, runs, length, where)
     if history:
-        rows.notes["prompts_with_assistant_history"] = rows.notes.get("prompts_with_assistant_history", 0) + 1
+        rows.count("prompts_with_assistant_history")
     runs = runs[history:]
     generated = [t for a, b in runs for t in ids[a:b]]
     reward = as_reward(_one(obj, "rewards", where), "rewards", where, rows)
@@ -219,7 +219,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
     if text_prompts:
         _text_prompt_tokens(rows, text_prompts, tok)
     if max(turn_counts, default=1) > 1:
-        rows.notes["turns"] = {str(n): turn_counts[n] for n in sorted(turn_counts)}
+        rows.note_counts("turns", turn_counts)
     return rows, FormatFacts()
 
 

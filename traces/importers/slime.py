@@ -173,7 +173,7 @@ def _reward(rows: RowSet, value: Any, key: str | None, at: str) -> float | None:
     in the notes) without one; None where the sample has none (not rewarded)."""
     if isinstance(value, dict):
         if key is None:
-            rows.notes["reward_dicts"] = rows.notes.get("reward_dicts", 0) + 1
+            rows.count("reward_dicts")
             return None
         if key not in value:
             keys = ", ".join(sorted(str(k) for k in value))
@@ -222,7 +222,7 @@ def _sample(
     length = as_int(_plain(get(sample, "response_length", at)), "response_length", at)
     if length == 0 and sample.get("status") in ("aborted", "failed"):
         # (a request aborted before its first token: nothing was generated to replay)
-        rows.notes["samples_without_response"] = rows.notes.get("samples_without_response", 0) + 1
+        rows.count("samples_without_response")
         return None
     if not 1 <= length < len(tokens):
         raise DumpError(
@@ -235,7 +235,7 @@ def _sample(
     # prompt of its request, those between later turns are counted in neither)
     runs = [(0, length)] if mask is None else runs_of_ones(mask)
     if not runs:
-        rows.notes["samples_without_response"] = rows.notes.get("samples_without_response", 0) + 1
+        rows.count("samples_without_response")
         return None
     prompt = tokens[: start + runs[0][0]]
     generated = [t for a, b in runs for t in tokens[start + a : start + b]]
@@ -324,7 +324,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                 rollouts.append(_rollout(sample, f"{where} sample {i}"))
     rows.prompt_tokens, rows.response_tokens = prompts, responses
     if max(turns, default=1) > 1:
-        rows.notes["turns"] = {str(n): turns[n] for n in sorted(turns)}
+        rows.note_counts("turns", turns)
     _fanout(rows, rollouts, opts)
     if any(r is None for r in rows.reward):
         rows.reward = [None] * len(rows)

@@ -110,7 +110,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                         "multi_turn.enable), whose 'output' holds the tool and environment tokens between "
                         "turns; pass --max-turns 1 if no response took a second turn"
                     )
-                rows.notes["read_as_one_turn"] = rows.notes.get("read_as_one_turn", 0) + 1
+                rows.count("read_as_one_turn")
             records.append((where, prompt, response, reward, step))
         prompts = tok.encode([r[1] for r in records])
         responses = tok.encode([r[2] for r in records])
