@@ -253,6 +253,10 @@ def trace_table(
     return df, lists
 
 
+# meta_fields that are TraceMeta fields (the others are notes)
+_META_FIELDS = ("model", "hardware", "temperature", "seed", "model_config")
+
+
 def write_recording(
     path: Path,
     runs: list[LiveRun],
@@ -272,9 +276,10 @@ def write_recording(
         preset=None,
         seed=meta_fields.get("seed"),
         source="live",
+        model_config=meta_fields.get("model_config"),
         timing=workload.timing,
         notes={
-            **{k: v for k, v in meta_fields.items() if k not in ("model", "hardware", "temperature", "seed")},
+            **{k: v for k, v in meta_fields.items() if k not in _META_FIELDS},
             "recorded_policy": runs[0].name,
             "acceptance": "accept_<method>: per-token probability fitted to the observed tokens per "
             "speculative iteration (sim/acceptance.py model); model-free methods a policy did not run "

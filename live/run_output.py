@@ -27,6 +27,7 @@ from simctl.live.recorder import (
     write_run_dir,
 )
 from simctl.live.workload import Workload
+from simctl.sim.models import model_record
 from simctl.traces.chrome_trace import write_run_chrome_trace
 from simctl.traces.run_format import RunDoc
 
@@ -34,6 +35,22 @@ from simctl.traces.run_format import RunDoc
 def model_name(loaded: LoadedModel, model_arg: str) -> str:
     """The simulator's catalogue name when there is one, else the --model argument."""
     return loaded.catalogue if loaded.catalogue != "unknown" else model_arg
+
+
+def model_fields(loaded: LoadedModel, model_arg: str) -> dict[str, Any]:
+    """The trace's `model` and, for a HF directory outside the simulator's catalogue, its
+    `model_config` (the config.json fields that price it), so that `simctl replay`
+    prices the recording's model wherever the trace goes; a config the simulator cannot
+    read (another family) leaves the name only, as before."""
+    if loaded.catalogue != "unknown" or loaded.path is None:
+        return {"model": model_name(loaded, model_arg)}
+    try:
+        name, config = model_record(loaded.path)
+    except ValueError as exc:
+        why = str(exc).splitlines()[0]
+        click.echo(f"warning: the trace names model '{model_arg}' only ({why})", err=True)
+        return {"model": model_arg}
+    return {"model": name, "model_config": config}
 
 
 def record_trace(
@@ -47,7 +64,7 @@ def record_trace(
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         path = opts.output.out / "trace.parquet" if opts.output.out else Path(f"live-{stamp}.parquet")
     meta_fields = {
-        "model": model_name(loaded, e.model),
+        **model_fields(loaded, e.model),
         "hardware": e.device,
         "temperature": e.temperature,
         "seed": e.seed,

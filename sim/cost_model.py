@@ -925,7 +925,7 @@ def load_cost_model(
             f"profile {name}: field 'tp'={prof.meta.get('tp')} but the cluster runs tp={cluster.tp}"
         )
     try:
-        same = get_model(str(prof.meta.get("model"))) == spec
+        same = get_model(str(prof.meta.get("model"))).same_architecture(spec)
     except ValueError:
         same = True  # uncatalogued model: trust the caller
     if not same:

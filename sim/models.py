@@ -1,128 +1,22 @@
 """Model catalogue: architecture numbers from each model's Hugging Face ``config.json``.
 
-The cost model needs only a few aggregates (weight bytes, bytes touched per step, FLOPs
-per token, KV bytes per token), so a model is described by the handful of config fields
-that determine them.  Parameter counts are derived, not copied, so that they stay
-consistent with the fields; each entry's comment gives the published total to check
-against.  Small terms (RMSNorm weights, Qwen's q/k/v biases, MoE router) are included
-where cheap or ignored where below 0.1 %.
-
-MoE models: ``num_experts`` routed experts of width ``moe_ffn`` per MoE layer, of which
-``experts_per_token`` are used per token; ``shared_experts`` always-on experts of the
-same width; the first ``dense_layers`` layers use a dense FFN of width ``ffn``.
-MLA models (DeepSeek-V3 family): ``attn_params`` overrides the per-layer attention
-parameter count and ``mla_kv_dim`` (kv_lora_rank + qk_rope_head_dim) is the cached
-latent per token per layer; ``head_dim`` is then that latent width, because absorbed
-MLA decode attends over the latent, which is what the attention FLOP term needs.
+Each entry's comment cites the config it was read from and gives the published total to
+check the derived parameter count against (what the fields mean: sim/model_spec.py). A
+model outside the catalogue is read from its own ``config.json`` (sim/model_config.py):
+`get_model` takes a directory or file path as well as a name.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from simctl.sim.model_config import essentials, load_model_config, model_from_config, read_config_file
+from simctl.sim.model_spec import ModelSpec, mla_attn_params
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """Architecture of a decoder-only LM, as far as cost and memory depend on it."""
-
-    name: str
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    ffn: int
-    vocab: int
-    num_experts: int = 0
-    experts_per_token: int = 0
-    moe_ffn: int = 0
-    tie_embeddings: bool = False
-    shared_experts: int = 0
-    dense_layers: int = 0
-    attn_params: int = 0
-    mla_kv_dim: int = 0
-    vision_params: int = 0
-    hf_ids: tuple[str, ...] = ()
-
-    @property
-    def is_moe(self) -> bool:
-        return self.num_experts > 0
-
-    @property
-    def moe_layers(self) -> int:
-        return self.layers - self.dense_layers if self.is_moe else 0
-
-    def attn_params_per_layer(self) -> int:
-        if self.attn_params:
-            return self.attn_params
-        q_and_o = 2 * self.hidden * self.heads * self.head_dim
-        k_and_v = 2 * self.hidden * self.kv_heads * self.head_dim
-        return q_and_o + k_and_v
-
-    def expert_params(self) -> int:
-        """One SwiGLU expert (gate, up, down); the unit MoE weight traffic is counted in."""
-        return 3 * self.hidden * self.moe_ffn
-
-    def _embedding_params(self) -> int:
-        return self.vocab * self.hidden * (1 if self.tie_embeddings else 2)
-
-    def _layer_params(self, routed_experts: int) -> int:
-        """All layers: attention + norms + FFN, with `routed_experts` experts per MoE layer."""
-        per_layer_common = self.attn_params_per_layer() + 2 * self.hidden
-        dense_ffn = 3 * self.hidden * self.ffn
-        total = self.layers * per_layer_common
-        if not self.is_moe:
-            return total + self.layers * dense_ffn
-        moe_ffn = (routed_experts + self.shared_experts) * self.expert_params()
-        router = self.hidden * self.num_experts
-        return total + self.dense_layers * dense_ffn + self.moe_layers * (moe_ffn + router)
-
-    def param_count(self) -> int:
-        """Every stored parameter (LM plus vision tower, if any)."""
-        lm = self._embedding_params() + self._layer_params(self.num_experts) + self.hidden
-        return lm + self.vision_params
-
-    def active_param_count(self) -> int:
-        """Parameters one text token passes through (routed experts: only its top-k)."""
-        routed = self.experts_per_token if self.is_moe else 0
-        return self._embedding_params() + self._layer_params(routed) + self.hidden
-
-    def non_expert_param_count(self) -> int:
-        """LM parameters read every step regardless of routing (everything but routed experts)."""
-        return self._embedding_params() + self._layer_params(0) + self.hidden
-
-    def matmul_param_count(self) -> int:
-        """Active parameters that take part in a matmul: an untied input embedding is a gather."""
-        gather = 0 if self.tie_embeddings else self.vocab * self.hidden
-        return self.active_param_count() - gather
-
-    def weight_bytes(self, bytes_per_param: float = 2.0) -> float:
-        return self.param_count() * bytes_per_param
-
-    def kv_bytes_per_token(self, bytes_per_elem: int = 2) -> int:
-        """KV-cache bytes per token: K and V per KV head per layer, or the MLA latent."""
-        if self.mla_kv_dim:
-            return self.layers * self.mla_kv_dim * bytes_per_elem
-        return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_elem
-
-    def attn_flops_per_token(self, context: float) -> float:
-        """QK^T and AV for one query token over `context` cached tokens (2 matmuls x 2 FLOPs)."""
-        return 4.0 * self.layers * self.heads * self.head_dim * context
-
-    def flops_per_token(self, context: float = 0.0) -> float:
-        """Forward FLOPs for one token: 2 per matmul weight plus attention over `context`."""
-        return 2.0 * self.matmul_param_count() + self.attn_flops_per_token(context)
-
-
-def _mla_attn_params(hidden: int, heads: int, q_lora: int, kv_lora: int) -> int:
-    """DeepSeek-V3 MLA projections with qk_nope=128, qk_rope=64, v_head=128 per head."""
-    nope, rope, v = 128, 64, 128
-    q = hidden * heads * (nope + rope) if q_lora == 0 else (hidden * q_lora + q_lora * heads * (nope + rope))
-    kv_a = hidden * (kv_lora + rope)
-    kv_b = kv_lora * heads * (nope + v)
-    o = heads * v * hidden
-    return q + kv_a + kv_b + o
+if TYPE_CHECKING:
+    from simctl.traces.schema import TraceMeta
 
 
 def _qwen25(
@@ -230,7 +124,7 @@ MOONLIGHT_16B_A3B = ModelSpec(
     moe_ffn=1408,
     shared_experts=2,
     dense_layers=1,
-    attn_params=_mla_attn_params(2048, 16, q_lora=0, kv_lora=512),
+    attn_params=mla_attn_params(2048, 16, q_lora=0, kv_lora=512),
     mla_kv_dim=576,
     hf_ids=("moonshotai/Moonlight-16B-A3B", "moonshotai/Moonlight-16B-A3B-Instruct"),
 )
@@ -256,7 +150,7 @@ KIMI_K2 = ModelSpec(
     moe_ffn=2048,
     shared_experts=1,
     dense_layers=1,
-    attn_params=_mla_attn_params(7168, 64, q_lora=1536, kv_lora=512),
+    attn_params=mla_attn_params(7168, 64, q_lora=1536, kv_lora=512),
     mla_kv_dim=576,
     hf_ids=("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Base"),
 )
@@ -312,8 +206,43 @@ for _m in MODELS.values():
 
 
 def get_model(name: str) -> ModelSpec:
-    """Look a model up by catalogue name or HF id ("Qwen/Qwen2.5-32B-Instruct"), any case."""
+    """Look a model up by catalogue name or HF id ("Qwen/Qwen2.5-32B-Instruct"), any case;
+    or read it from a ``config.json`` or a directory holding one (a path that exists, or
+    one ending in .json)."""
     found = _INDEX.get(_key(name))
-    if found is None:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
-    return found
+    if found is not None:
+        return found
+    path = Path(name).expanduser()
+    if name.endswith(".json") or path.is_file() or (path / "config.json").is_file():
+        return load_model_config(path)
+    raise ValueError(
+        f"unknown model {name!r}; known: {', '.join(MODELS)}; or give a HF model directory or its config.json"
+    )
+
+
+def model_record(name: str) -> tuple[str, dict[str, Any] | None]:
+    """What a trace records of model `name` (`trace import --model`, `live --model`): the
+    catalogue name and no config for a catalogue model; else the name of its directory
+    and the fields of its ``config.json`` that price it (the trace's `model_config`), so
+    that the trace replays where the file is not."""
+    found = _INDEX.get(_key(name))
+    if found is not None:
+        return found.name, None
+    path = Path(name).expanduser()
+    if name.endswith(".json") or path.is_file() or (path / "config.json").is_file():
+        label, config = read_config_file(path)
+        model_from_config(config, label, source=str(path))  # (refused here, not at replay)
+        return label, essentials(config)
+    get_model(name)  # (raises: unknown)
+    raise AssertionError("unreachable")
+
+
+def model_of_trace(meta: TraceMeta, source: str, override: str | None = None) -> ModelSpec:
+    """The model a trace is replayed with: `override` (a name or config path) where given,
+    else the architecture the trace carries (`model_config`, named `model`), else the
+    catalogue's `model`. `source` names the trace in errors."""
+    if override:
+        return get_model(override)
+    if meta.model_config is not None:
+        return model_from_config(meta.model_config, meta.model, source=f"{source}: model_config")
+    return get_model(meta.model)

@@ -36,7 +36,7 @@ from simctl.policies.contract import Policy
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
 from simctl.sim.engine_config import EngineConfig
-from simctl.sim.models import get_model
+from simctl.sim.models import model_of_trace
 from simctl.sim.replay import PolicyRun, ReplaySetup, run_policy, run_tables
 from simctl.traces.io import Trace
 from simctl.traces.plugins import class_family
@@ -166,7 +166,8 @@ def replay(
     from simctl.replay_cmd import run_document
 
     loaded = trace if isinstance(trace, Trace) else load_trace(trace)
-    model_spec = get_model(model or loaded.meta.model)
+    source = "trace" if isinstance(trace, Trace) else f"trace {trace}"
+    model_spec = model_of_trace(loaded.meta, source, model)
     spec = parse_cluster(cluster)
     setup = ReplaySetup(
         trace=loaded,

@@ -90,11 +90,11 @@ def _register() -> None:
     from simctl.replay_cmd import replay_cmd
     from simctl.reports.cli import report_cmd
     from simctl.reproduce_cmd import reproduce_cmd
-    from simctl.sim.models import get_model
+    from simctl.sim.models import model_record
     from simctl.sweep_cmd import sweep_cmd
     from simctl.traces.importers.cli import set_model_check
 
-    set_model_check(lambda name: get_model(name).name)  # `trace import --model`: the catalogue
+    set_model_check(model_record)  # `trace import --model`: the catalogue, or a config.json
     main.add_command(replay_cmd)
     main.add_command(policies_cmd)
     main.add_command(report_cmd)

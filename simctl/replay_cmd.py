@@ -13,7 +13,7 @@ from simctl.policies.registry import UnknownPolicyError
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
 from simctl.sim.engine import EngineConfig, SimError
-from simctl.sim.models import get_model
+from simctl.sim.models import model_of_trace
 from simctl.sim.replay import PolicyRun, ReplaySetup, replay, run_tables
 from simctl.sim.worker_faults import WorkerFaultError, fault_problem
 from simctl.sweep_order import costliest_first
@@ -70,9 +70,11 @@ def build_setup(
     except TraceError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        model_spec = get_model(model or trace.meta.model)
+        model_spec = model_of_trace(trace.meta, f"trace {trace_path}", model)
     except ValueError as exc:
-        hint = "" if model else f" (trace {trace_path} names model '{trace.meta.model}'; pass --model NAME)"
+        hint = ""
+        if not model and trace.meta.model_config is None:
+            hint = f" (trace {trace_path} names model '{trace.meta.model}'; pass --model NAME or DIR)"
         raise click.ClickException(str(exc).splitlines()[0] + hint) from None
     cluster, said = trace_cluster(trace.meta.cluster, cluster)
     if said:
@@ -196,7 +198,9 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Measured cost profile from `simctl calibrate` (overrides the roofline).",
 )
-@click.option("--model", help="Override the trace's model (catalogue name).")
+@click.option(
+    "--model", help="Override the trace's model: a catalogue name, or a HF model directory or its config.json."
+)
 @click.option("--steps", help="Steps to replay: N or A:B (B exclusive).")
 @seed_option()
 @click.option("--per-iteration", is_flag=True, help="Reference mode: one event per decode iteration (slow).")

@@ -170,12 +170,12 @@ def _setup(task: PointTask, trace_path: Path) -> ReplaySetup:
     from simctl.sim.cluster import parse_cluster
     from simctl.sim.cost_model import load_cost_model
     from simctl.sim.engine_config import EngineConfig
-    from simctl.sim.models import get_model
+    from simctl.sim.models import model_of_trace
     from simctl.sim.replay import ReplaySetup
     from simctl.traces.cli_options import parse_steps
 
     trace = _trace(str(trace_path))
-    model = get_model(trace.meta.model)
+    model = model_of_trace(trace.meta, f"trace {trace_path}")
     cluster = parse_cluster(task["cluster"])
     return ReplaySetup(
         trace=trace,

@@ -47,7 +47,7 @@ from simctl.policies.params import ParamError, PolicySpecError
 from simctl.policies.registry import REGISTRY
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
-from simctl.sim.models import get_model
+from simctl.sim.models import model_of_trace
 from simctl.sim.replay import trace_draft_methods
 from simctl.traces.io import Trace, TraceError
 from simctl.traces.plugins import family as policy_family
@@ -303,7 +303,7 @@ class _Checker:
             more = f" (and {len(lines) - 1} more problems)" if len(lines) > 1 else ""
             raise self.fail(key, lines[0] + more) from None
         try:
-            get_model(trace.meta.model)
+            model_of_trace(trace.meta, f"trace {label}")
         except ValueError as exc:
             raise self.fail(key, str(exc).splitlines()[0]) from None
         return trace
@@ -316,7 +316,7 @@ class _Checker:
         try:
             spec = parse_cluster(self.cluster_text(label))
             for trace in traces:
-                load_cost_model(get_model(trace.meta.model), spec, None)
+                load_cost_model(model_of_trace(trace.meta, "trace"), spec, None)
         except (ValueError, OSError) as exc:
             raise self.fail(key, (str(exc).splitlines() or ["invalid"])[0]) from None
 

@@ -155,10 +155,16 @@ class TraceMeta:
     timing: StepTiming = field(default_factory=StepTiming)
     step_timing: dict[int, StepTiming] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    # A model outside the simulator's catalogue: the fields of its HF config.json that
+    # price it (sim/model_config.py), `model` then being its name. None: `model` is a
+    # catalogue name. (Left out of the file when None, so older readers see no change.)
+    model_config: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         d = asdict(self)
         d["step_timing"] = {str(k): v for k, v in d["step_timing"].items()}
+        if d["model_config"] is None:
+            del d["model_config"]
         return json.dumps(d, sort_keys=True)
 
     @classmethod

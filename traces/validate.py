@@ -102,6 +102,8 @@ def check_meta(meta: TraceMeta) -> Iterator[str]:
     """The metadata fields a replay relies on: types, ranges, finite numbers."""
     if not isinstance(meta.model, str) or not meta.model.strip():
         yield f"metadata model: {meta.model!r} is not a model name"
+    if meta.model_config is not None and not isinstance(meta.model_config, dict):
+        yield f"metadata model_config: {type(meta.model_config).__name__} is not a JSON object"
     if not isinstance(meta.hardware, str):
         yield f"metadata hardware: {meta.hardware!r} is not a string"
     if not (_is_number(meta.temperature) and meta.temperature >= 0):

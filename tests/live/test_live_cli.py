@@ -349,3 +349,27 @@ def test_concurrent_run_survives_a_killed_worker(tmp_path: Path) -> None:
 def test_bad_fail_worker_is_one_line(value: str, message: str) -> None:
     code, output = _run([*TINY, "--workers", "2", "--fail-worker", value])
     assert code == 2 and message in output
+
+
+def test_a_model_outside_the_catalogue_travels_with_its_recording(tmp_path: Path) -> None:
+    """`--model DIR` for a model the simulator's catalogue lacks: the recorded trace names the
+    directory and carries its config.json fields (`model_config`), so `simctl replay`
+    prices it with no --model, wherever the trace goes (the directory is gone by then)."""
+    from simctl.cli import main
+    from simctl.live.torch_engine import random_model
+
+    folder = tmp_path / "my-policy-ckpt"
+    random_model("tiny-llama").save_pretrained(folder)
+    out = tmp_path / "run"
+    code, output = _run([*TINY[2:], "--model", str(folder), "--steps", "1", "--out", str(out)])
+    assert code == 0, output
+    meta = read_trace(out / "trace.parquet").meta
+    config = json.loads((folder / "config.json").read_text())
+    assert meta.model == "my-policy-ckpt"
+    assert meta.model_config is not None and meta.model_config["hidden_size"] == config["hidden_size"]
+    assert meta.model_config["num_hidden_layers"] == config["num_hidden_layers"]
+    for f in folder.iterdir():
+        f.unlink()
+    folder.rmdir()
+    res = CliRunner().invoke(main, ["replay", str(out / "trace.parquet"), "--cluster", "h100x8"])
+    assert res.exit_code == 0, res.output

@@ -1,15 +1,18 @@
 """`simctl trace import FORMAT PATH... -o T.parquet`: a framework's rollout dump as a trace.
 
-The model name is checked against the simulator's catalogue so that `simctl replay` can
-use the recorded name without a flag; the catalogue lives in a higher layer (sim/), so the
-composition root hands the check in through :func:`set_model_check` rather than this
-layer importing upwards. Without one (this module used on its own) any name is recorded.
+The model is checked against the simulator's catalogue so that `simctl replay` can use the
+recorded name without a flag; a model outside it is a HF model directory (or its
+config.json), whose architecture fields the trace then carries (`model_config`). The
+catalogue lives in a higher layer (sim/), so the composition root hands the check in
+through :func:`set_model_check` rather than this layer importing upwards. Without one
+(this module used on its own) any name is recorded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,11 +23,12 @@ from simctl.traces.outputs import check_output_file
 
 #: The formats `simctl trace import` reads (traces/importers/<format>.py each).
 FORMAT_NAMES = ("verl", "areal", "nemo-rl", "roll", "slime", "table")
-#: Turns a model name into its catalogue name, raising ValueError for an unknown one.
-_model_check: Callable[[str], str] | None = None
+#: Turns --model into (the name to record, the model_config to record or None), raising
+#: ValueError for a model it does not know.
+_model_check: Callable[[str], tuple[str, dict[str, Any] | None]] | None = None
 
 
-def set_model_check(check: Callable[[str], str]) -> None:
+def set_model_check(check: Callable[[str], tuple[str, dict[str, Any] | None]]) -> None:
     """Install the catalogue lookup `--model` is checked with (called by `simctl.cli`)."""
     global _model_check
     _model_check = check
@@ -40,9 +44,9 @@ def _parse_columns(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _model(name: str) -> str:
+def _model(name: str) -> tuple[str, dict[str, Any] | None]:
     if _model_check is None:
-        return name
+        return name, None
     try:
         return _model_check(name)
     except ValueError as exc:
@@ -55,7 +59,11 @@ def _model(name: str) -> str:
     "paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
-@click.option("--model", required=True, help="Rollout model, a catalogue name (recorded for replay).")
+@click.option(
+    "--model",
+    required=True,
+    help="Rollout model (recorded for replay): a catalogue name, or a HF model directory or its config.json.",
+)
 @click.option("--max-tokens", type=click.IntRange(min=1), help="Generation budget, where the dump has none.")
 @click.option("--group-size", type=click.IntRange(min=1), help="Responses per prompt (GRPO group size).")
 @click.option(
@@ -104,8 +112,9 @@ def import_cmd(
     from simctl.traces.importers import import_dump
 
     check_output_file(output, inputs=paths, what="trace", kind="parquet")
+    model_name, model_config = _model(model)
     opts = ImportOptions(
-        model=_model(model),
+        model=model_name,
         max_tokens=max_tokens,
         group_size=group_size,
         tokenizer=tokenizer,
@@ -122,6 +131,7 @@ def import_cmd(
         imported = import_dump(fmt, paths, opts)
     except DumpError as exc:
         raise click.ClickException(str(exc)) from None
+    imported.meta.model_config = model_config
     write_trace(output, imported.df, imported.meta, imported.lists)
     df = imported.df
     groups = len(df.drop_duplicates(["step", "prompt_id"]))
