@@ -15,8 +15,10 @@ defines, with that class's defaults where a field is absent):
 - routed experts: qwen2_moe, qwen3_moe (``decoder_sparse_step`` / ``mlp_only_layers``
   layers are dense), mixtral;
 - multi-head latent attention with experts: deepseek_v2, deepseek_v3, kimi_k2.
-A config that nests its language model (``text_config``, as multimodal models do) is read
-from there; the vision tower is then not counted (it only weighs on memory).
+A multimodal config is read as its language model: the one it nests (``text_config``), or
+the fields it keeps at the top level (qwen2_vl, qwen2_5_vl). The vision tower is not
+counted (it runs on image prefill only and weighs on memory; the catalogue's Qwen2-VL-72B
+counts it).
 
 What is left out is what the catalogue leaves out (norm weights of q/k, attention
 biases, routers' gates below 0.1 %). A config the reader cannot use fails in one line
@@ -33,9 +35,12 @@ from typing import Any
 from simctl.sim.model_spec import ModelSpec, mla_attn_params
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "granite", "phi3")
+# Multimodal configs that keep their language model's fields at the top level (Qwen2-VL,
+# Qwen2.5-VL): read as that language model.
+FLAT_MULTIMODAL = {"qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2"}
 EXPERTS = ("qwen2_moe", "qwen3_moe", "mixtral")
 LATENT = ("deepseek_v2", "deepseek_v3", "kimi_k2")
-SUPPORTED = DENSE + EXPERTS + LATENT
+SUPPORTED = DENSE + EXPERTS + LATENT + tuple(FLAT_MULTIMODAL)
 # transformers' config classes tie the input and output embeddings by default only for
 # Gemma (GemmaConfig, Gemma2Config, Gemma3TextConfig); every other family here unties them.
 _TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3_text"})
@@ -111,6 +116,7 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "model
     """The ModelSpec of a HF config (see the module docstring); `source` names it in errors."""
     cfg = _Fields(_language_model(config), source)
     kind = cfg.text("model_type")
+    kind = FLAT_MULTIMODAL.get(kind, kind)
     if kind not in SUPPORTED:
         raise ModelConfigError(
             f"{source}: model_type '{kind}' is not supported (supported: {', '.join(SUPPORTED)})"
@@ -154,12 +160,12 @@ def _experts(cfg: _Fields, kind: str, dense: ModelSpec) -> ModelSpec:
 
     layers = dense.layers
     if kind == "mixtral":
-        width = cfg.count("intermediate_size")
+        experts = cfg.count("num_local_experts")
         return replace(
             dense,
-            num_experts=cfg.count("num_local_experts"),
-            experts_per_token=cfg.count("num_experts_per_tok", 2),
-            moe_ffn=width,
+            num_experts=experts,
+            experts_per_token=cfg.top_k("num_experts_per_tok", experts, "num_local_experts"),
+            moe_ffn=cfg.count("intermediate_size"),
         )
     experts = cfg.count("num_experts")
     step = cfg.count("decoder_sparse_step", 1)
@@ -168,9 +174,10 @@ def _experts(cfg: _Fields, kind: str, dense: ModelSpec) -> ModelSpec:
     return replace(
         dense,
         num_experts=experts,
-        experts_per_token=cfg.count("num_experts_per_tok"),
+        experts_per_token=cfg.top_k("num_experts_per_tok", experts, "num_experts"),
         moe_ffn=cfg.count("moe_intermediate_size"),
-        shared_ffn=cfg.count("shared_expert_intermediate_size", 0, zero=True) if kind == "qwen2_moe" else 0,
+        # (required: Qwen2MoeConfig's default, 5632, is Qwen1.5-MoE-A2.7B's own width)
+        shared_ffn=cfg.count("shared_expert_intermediate_size", zero=True) if kind == "qwen2_moe" else 0,
         dense_layers=layers - sparse,
     )
 
@@ -190,6 +197,7 @@ def _latent(cfg: _Fields, name: str) -> ModelSpec:
         rope=rope,
         v=cfg.count("v_head_dim"),
     )
+    experts = cfg.count("n_routed_experts")
     first_dense = cfg.count("first_k_dense_replace", 0, zero=True)
     freq = cfg.count("moe_layer_freq", 1)
     sparse = sum(1 for i in range(layers) if i >= first_dense and i % freq == 0)
@@ -203,8 +211,8 @@ def _latent(cfg: _Fields, name: str) -> ModelSpec:
         latent,
         cfg.count("intermediate_size"),
         cfg.count("vocab_size"),
-        num_experts=cfg.count("n_routed_experts"),
-        experts_per_token=cfg.count("num_experts_per_tok"),
+        num_experts=experts,
+        experts_per_token=cfg.top_k("num_experts_per_tok", experts, "n_routed_experts"),
         moe_ffn=cfg.count("moe_intermediate_size"),
         shared_experts=cfg.count("n_shared_experts", 0, zero=True),
         dense_layers=layers - sparse,
@@ -245,6 +253,13 @@ class _Fields:
         low = 0 if zero else 1
         want = "a non-negative integer" if zero else "a positive integer"
         return int(self._get(key, default, lambda v: _is_int(v) and v >= low, want))
+
+    def top_k(self, key: str, experts: int, experts_key: str) -> int:
+        """Experts per token: at least 1, at most the experts there are."""
+        k = self.count(key)
+        if k > experts:
+            raise ModelConfigError(f"{self.source}: field '{key}' = {k} exceeds {experts_key} = {experts}")
+        return k
 
     def flag(self, key: str, default: bool) -> bool:
         return bool(self._get(key, default, lambda v: isinstance(v, bool), "true or false"))

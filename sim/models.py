@@ -9,6 +9,7 @@ model outside the catalogue is read from its own ``config.json`` (sim/model_conf
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -170,6 +171,119 @@ SMOLLM2_135M = ModelSpec(
     hf_ids=("HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M-Instruct"),
 )
 
+# RL post-training models (Qwen3, the DeepSeek-R1 distills, Qwen2.5-Math, Llama 3.x 70B),
+# built from their config.json fields by sim/model_config.py, the reader a user's own model
+# goes through. The fields are huggingface.co/<hf id>/blob/main/config.json, read in
+# verbatim copies (the hub itself was not reachable): ai-dynamo/aiconfigurator @ 095f58a
+# aic-core/src/aiconfigurator_core/model_configs/ (Qwen3-0.6B, -1.7B, -8B, -32B, -30B-A3B,
+# Llama-3.1-70B; Llama-3.3-70B-Instruct @ f577ab8), citsjtu2020/LLM-Prof @ 8434c8d
+# sglang/Model_Config.md (Qwen3-4B, -14B, Qwen2.5-3B), molumolua/MathEvaluation @ ecd47e8
+# (Qwen2.5-Math-1.5B), daniel-p-green/alain-ai-learning-platform @ 522537b (R1-Distill-Qwen-32B,
+# -Llama-8B, with the hub's parameter counts), leandromet/nlp_project_cuda @ 9767c2d
+# (R1-Distill-Qwen-7B, -Llama-70B, quoted), Captainphiora/qwen-ascend-llm @ 1714db7
+# (R1-Distill-Qwen-1.5B). Where two copies exist their architecture fields agree. Cards:
+# Qwen3 0.6B, 1.7B, 4.0B, 8.2B, 14.8B, 32.8B, 30.5B (3.3B active); Qwen2.5-3B 3.09B;
+# R1-Distill-Qwen-32B 32.76B and -Llama-8B 8.03B (hub safetensors totals).
+_QWEN3 = {"model_type": "qwen3", "head_dim": 128, "vocab_size": 151936, "num_key_value_heads": 8}
+_QWEN2 = {"model_type": "qwen2", "tie_word_embeddings": False}
+_LLAMA70 = {
+    "model_type": "llama",
+    "num_hidden_layers": 80,
+    "hidden_size": 8192,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "intermediate_size": 28672,
+    "vocab_size": 128256,
+}
+
+
+def _configured(name: str, hf_ids: tuple[str, ...], **fields: Any) -> ModelSpec:
+    return replace(model_from_config(fields, name, source=f"catalogue {name}"), hf_ids=hf_ids)
+
+
+def _qwen3(size: str, layers: int, hidden: int, heads: int, ffn: int, tied: bool) -> ModelSpec:
+    name = f"Qwen3-{size}"
+    ids = (f"Qwen/{name}", f"Qwen/{name}-Base")
+    return _configured(
+        name,
+        ids,
+        **_QWEN3,
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        tie_word_embeddings=tied,
+    )
+
+
+QWEN3_0_6B = _qwen3("0.6B", 28, 1024, 16, 3072, tied=True)
+QWEN3_1_7B = _qwen3("1.7B", 28, 2048, 16, 6144, tied=True)
+QWEN3_4B = _qwen3("4B", 36, 2560, 32, 9728, tied=True)
+QWEN3_8B = _qwen3("8B", 36, 4096, 32, 12288, tied=False)
+QWEN3_14B = _qwen3("14B", 40, 5120, 40, 17408, tied=False)
+QWEN3_32B = _qwen3("32B", 64, 5120, 64, 25600, tied=False)
+QWEN3_30B_A3B = _configured(
+    "Qwen3-30B-A3B",
+    ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base"),
+    **{**_QWEN3, "model_type": "qwen3_moe", "num_key_value_heads": 4},
+    num_hidden_layers=48,
+    hidden_size=2048,
+    num_attention_heads=32,
+    intermediate_size=6144,
+    tie_word_embeddings=False,
+    num_experts=128,
+    num_experts_per_tok=8,
+    moe_intermediate_size=768,
+    decoder_sparse_step=1,
+    mlp_only_layers=[],
+)
+QWEN25_3B = _qwen25("Qwen2.5-3B", 36, 2048, 16, 2, 11008, vocab=151936, tied=True)
+QWEN25_MATH_1_5B = _qwen25("Qwen2.5-Math-1.5B", 28, 1536, 12, 2, 8960, vocab=151936, tied=True)
+R1_DISTILL_QWEN_1_5B = _configured(
+    "DeepSeek-R1-Distill-Qwen-1.5B",
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",),
+    **_QWEN2,
+    num_hidden_layers=28,
+    hidden_size=1536,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    intermediate_size=8960,
+    vocab_size=151936,
+)  # (untied, unlike its base Qwen2.5-Math-1.5B)
+R1_DISTILL_QWEN_7B = _configured(
+    "DeepSeek-R1-Distill-Qwen-7B",
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",),
+    **_QWEN2,
+    num_hidden_layers=28,
+    hidden_size=3584,
+    num_attention_heads=28,
+    num_key_value_heads=4,
+    intermediate_size=18944,
+    vocab_size=152064,
+)
+R1_DISTILL_QWEN_32B = _configured(
+    "DeepSeek-R1-Distill-Qwen-32B",
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",),
+    **_QWEN2,
+    num_hidden_layers=64,
+    hidden_size=5120,
+    num_attention_heads=40,
+    num_key_value_heads=8,
+    intermediate_size=27648,
+    vocab_size=152064,
+)
+R1_DISTILL_LLAMA_8B = replace(
+    LLAMA31_8B, name="DeepSeek-R1-Distill-Llama-8B", hf_ids=("deepseek-ai/DeepSeek-R1-Distill-Llama-8B",)
+)
+LLAMA33_70B = _configured(
+    "Llama-3.3-70B",
+    ("meta-llama/Llama-3.3-70B-Instruct", "meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-70B-Instruct"),
+    **_LLAMA70,
+)
+R1_DISTILL_LLAMA_70B = _configured(
+    "DeepSeek-R1-Distill-Llama-70B", ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B",), **_LLAMA70, head_dim=128
+)
+
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
@@ -185,6 +299,21 @@ MODELS: dict[str, ModelSpec] = {
         MOONLIGHT_16B_A3B,
         KIMI_K2,
         SMOLLM2_135M,
+        QWEN3_0_6B,
+        QWEN3_1_7B,
+        QWEN3_4B,
+        QWEN3_8B,
+        QWEN3_14B,
+        QWEN3_32B,
+        QWEN3_30B_A3B,
+        QWEN25_3B,
+        QWEN25_MATH_1_5B,
+        R1_DISTILL_QWEN_1_5B,
+        R1_DISTILL_QWEN_7B,
+        R1_DISTILL_QWEN_32B,
+        R1_DISTILL_LLAMA_8B,
+        LLAMA33_70B,
+        R1_DISTILL_LLAMA_70B,
     )
 }
 

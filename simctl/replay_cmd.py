@@ -199,7 +199,7 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
     help="Measured cost profile from `simctl calibrate` (overrides the roofline).",
 )
 @click.option(
-    "--model", help="Override the trace's model: a catalogue name, or a HF model directory or its config.json."
+    "--model", help="Override the trace's model: a catalogue name, or a HF model directory or config.json."
 )
 @click.option("--steps", help="Steps to replay: N or A:B (B exclusive).")
 @seed_option()

@@ -99,8 +99,10 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
         raise click.ClickException(str(exc)) from None
     m = tr.meta
     console = Console(width=None if sys.stdout.isatty() else 200)
+    # (a model outside the catalogue says which family its carried config is)
+    model = m.model if m.model_config is None else f"{m.model} ({m.model_config.get('model_type')} config)"
     console.print(
-        f"[bold]{trace}[/]  preset={m.preset} seed={m.seed} model={m.model} hardware={m.hardware} "
+        f"[bold]{trace}[/]  preset={m.preset} seed={m.seed} model={model} hardware={m.hardware} "
         f"T={m.temperature} group_size={m.group_size} source={m.source} "
         f"tokens={'yes' if tr.has_tokens() else 'no'}"
     )

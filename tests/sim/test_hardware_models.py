@@ -58,6 +58,19 @@ def test_datasheet_numbers() -> None:
         ("Moonlight-16B-A3B", 16.0, 3.0, 0.10),
         ("Kimi-K2", 1040.0, 32.0, 0.05),
         ("SmolLM2-135M", 0.135, 0.135, 0.02),
+        # RL post-training models (sim/models.py cites each config): cards, and the hub's
+        # safetensors totals where read (Qwen3-32B, Qwen2.5-3B, the R1 distills of 32B and 8B)
+        ("Qwen3-0.6B", 0.6, 0.6, 0.02),
+        ("Qwen3-1.7B", 1.7, 1.7, 0.02),
+        ("Qwen3-4B", 4.0, 4.0, 0.02),
+        ("Qwen3-8B", 8.2, 8.2, 0.02),
+        ("Qwen3-14B", 14.8, 14.8, 0.02),
+        ("Qwen3-32B", 32.762123264, 32.762123264, 0.001),
+        ("Qwen3-30B-A3B", 30.5, 3.3, 0.02),
+        ("Qwen2.5-3B", 3.085938688, 3.085938688, 0.001),
+        ("DeepSeek-R1-Distill-Qwen-32B", 32.763876352, 32.763876352, 0.001),
+        ("DeepSeek-R1-Distill-Llama-8B", 8.030261248, 8.030261248, 0.001),
+        ("Llama-3.3-70B", 70.6, 70.6, 0.02),
     ],
 )
 def test_param_counts_match_model_cards(name: str, total_b: float, active_b: float, rel: float) -> None:
@@ -110,6 +123,11 @@ def test_smollm2_architecture() -> None:
         ("moonshotai/Kimi-K2-Instruct", "Kimi-K2"),
         ("moonlight-16b-a3b", "Moonlight-16B-A3B"),
         ("HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M"),
+        ("Qwen/Qwen3-8B-Base", "Qwen3-8B"),
+        ("qwen3-30b-a3b", "Qwen3-30B-A3B"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "DeepSeek-R1-Distill-Qwen-7B"),
+        ("meta-llama/Llama-3.1-70B-Instruct", "Llama-3.3-70B"),
+        ("Qwen/Qwen2.5-Math-1.5B-Instruct", "Qwen2.5-Math-1.5B"),
     ],
 )
 def test_model_aliases(alias: str, canonical: str) -> None:

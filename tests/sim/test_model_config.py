@@ -188,6 +188,12 @@ def test_a_nested_language_model_is_read() -> None:
     config = {"model_type": "my_vlm", "text_config": CATALOGUE_CONFIGS["Qwen2.5-7B"], "vision_config": {}}
     assert model_from_config(config, "vlm").param_count() == get_model("Qwen2.5-7B").param_count()
     assert essentials(config) == CATALOGUE_CONFIGS["Qwen2.5-7B"]
+    # Qwen2-VL keeps the LM's fields at the top level (the catalogue entry adds the ViT)
+    flat = {**CATALOGUE_CONFIGS["Qwen2.5-7B"], "model_type": "qwen2_vl", "vision_config": {"depth": 32}}
+    vl = get_model("Qwen2-VL-72B")
+    lm = {**flat, "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64}
+    lm |= {"num_key_value_heads": 8, "intermediate_size": 29568}
+    assert model_from_config(lm, "vl").param_count() == vl.param_count() - vl.vision_params
 
 
 @pytest.mark.parametrize(
@@ -201,6 +207,19 @@ def test_a_nested_language_model_is_read() -> None:
         ({"tie_word_embeddings": "no"}, "field 'tie_word_embeddings' must be true or false, got 'no'"),
         ({"num_key_value_heads": 5}, "'num_key_value_heads' = 5 does not divide num_attention_heads = 28"),
         ({"num_attention_heads": 27}, "field 'head_dim' missing"),
+        (
+            {
+                "model_type": "qwen2_moe",
+                "num_experts": 4,
+                "num_experts_per_tok": 2,
+                "moe_intermediate_size": 8,
+            },
+            "field 'shared_expert_intermediate_size' missing",
+        ),
+        (
+            {"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 9},
+            "field 'num_experts_per_tok' = 9 exceeds num_local_experts = 8",
+        ),
     ],
 )
 def test_a_bad_config_is_one_line_naming_file_and_field(
@@ -398,3 +417,31 @@ def test_a_profile_of_the_model_under_another_name_is_accepted(tmp_path: Path) -
     assert load_cost_model(get_model("Qwen2.5-7B"), cluster, profile) is not None
     with pytest.raises(CostModelError, match="field 'model'"):
         load_cost_model(get_model("Llama-3.1-8B"), cluster, profile)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.sampled_from(sorted(CATALOGUE_CONFIGS)),
+    changes=st.dictionaries(
+        st.sampled_from(["text_config", *sorted({k for c in CATALOGUE_CONFIGS.values() for k in c})]),
+        json_values,
+        max_size=3,
+    ),
+)
+def test_any_config_reads_or_fails_in_one_line(base: str, changes: dict[str, Any]) -> None:
+    """Whatever a config's fields hold, the reader gives a model whose counts are positive
+    or one ModelConfigError line naming the source; never another exception."""
+    try:
+        model = model_from_config({**CATALOGUE_CONFIGS[base], **changes}, "m", source="cfg.json")
+    except ModelConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("cfg.json: ")
+        return
+    assert model.param_count() > 0 and model.kv_bytes_per_token() > 0
+    assert model.active_param_count() <= model.param_count()
