@@ -529,8 +529,9 @@ SEER_KIMI_K2_96K = Preset(
 RHYMERL_MATH_14B_16K = Preset(
     name="rhymerl-math-14b-16k",
     paper="RhymeRL §7 (Math-14B, 16K)",
-    model="qwen2.5-14b",  # §7 trains Qwen3-14B-Base (Table 3: 40 layers, 5120 hidden, 8 KV
-    # heads); the catalogue has no Qwen3-14B, qwen2.5-14b (48 layers) is the nearest entry
+    model="qwen3-14b",  # §7 trains Qwen3-14B-Base (Table 3: 40 layers, 5120 hidden, 8 KV
+    # heads). Until f46a8bd the catalogue had no Qwen3-14B and this was qwen2.5-14b (48
+    # layers: 20% more KV per token, so 17% fewer tokens per worker)
     hardware="h800",  # §7 names no GPU ("8 high-performance GPUs", 8x400 Gb/s CX7 per node):
     # assumed Hopper-class H800 for a ByteDance/SJTU cluster
     algorithm="grpo",  # §7 "We train these models using GRPO"
