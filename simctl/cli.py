@@ -86,6 +86,7 @@ def _register() -> None:
     from simctl.annotate_cmd import annotate_cmd
     from simctl.live.calibrate import calibrate_cmd
     from simctl.live.cli import live_cmd
+    from simctl.models_cmd import models_cmd
     from simctl.policies_cmd import policies_cmd
     from simctl.replay_cmd import replay_cmd
     from simctl.reports.cli import report_cmd
@@ -97,6 +98,7 @@ def _register() -> None:
     set_model_check(model_record)  # `trace import --model`: the catalogue, or a config.json
     main.add_command(replay_cmd)
     main.add_command(policies_cmd)
+    main.add_command(models_cmd)
     main.add_command(report_cmd)
     main.add_command(live_cmd)
     main.add_command(calibrate_cmd)

@@ -445,3 +445,18 @@ def test_any_config_reads_or_fails_in_one_line(base: str, changes: dict[str, Any
         return
     assert model.param_count() > 0 and model.kv_bytes_per_token() > 0
     assert model.active_param_count() <= model.param_count()
+
+
+def test_models_command_lists_the_catalogue_and_reads_a_directory(tmp_path: Path) -> None:
+    from simctl.sim.models import MODELS
+
+    listing = CliRunner().invoke(main, ["models"])
+    assert listing.exit_code == 0
+    assert {line.split()[0] for line in listing.output.splitlines()} == set(MODELS)
+    folder = _model_dir(tmp_path, "my-moe", {**CATALOGUE_CONFIGS["Qwen3-235B-A22B"]})
+    shown = CliRunner().invoke(main, ["models", str(folder)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.startswith("my-moe: 235B params, 22.2B active, 94 layers, 128 experts (top-8)")
+    assert "expert FFN 1536, 94 expert layers, 0 dense" in shown.output
+    bad = CliRunner().invoke(main, ["models", str(tmp_path / "nope.json")])
+    assert bad.exit_code == 1 and bad.output.count("\n") == 1 and "no such file" in bad.output
