@@ -51,24 +51,28 @@ import pandas as pd
 
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import DEFAULT_PARAMS, CostModel, load_cost_model
+from simctl.sim.model_config import model_from_config
 from simctl.sim.models import ModelSpec, get_model
 
 DATA = Path(__file__).resolve().parent / "data" / "published_decode_latency.csv"
 
-#: Published model name -> simctl's architecture. Catalogue entries where the shape is the
-#: same; the others from meta-llama/Llama-2-{7b,13b,70b}-hf and Meta-Llama-3-70B config.json
-#: (layers, hidden, heads, KV heads, head dim, FFN, vocab).
-_LLAMA2_7B = ModelSpec("Llama-2-7B", 32, 4096, 32, 32, 128, 11008, 32000)
-_LLAMA2_13B = ModelSpec("Llama-2-13B", 40, 5120, 40, 40, 128, 13824, 32000)
-_LLAMA2_70B = ModelSpec("Llama-2-70B", 80, 8192, 64, 8, 128, 28672, 32000)
-_LLAMA3_70B = ModelSpec("Llama-3-70B", 80, 8192, 64, 8, 128, 28672, 128256)
+
+def _llama2(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int) -> ModelSpec:
+    fields = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads}
+    fields |= {"num_key_value_heads": kv_heads, "intermediate_size": ffn}
+    return model_from_config({"model_type": "llama", "vocab_size": 32000, **fields}, name)
+
+
+#: Published model name -> simctl's architecture: catalogue entries where the shape is the
+#: same; Llama-2 from meta-llama/Llama-2-{7b,13b,70b}-hf config.json through simctl's own
+#: config reader (sim/model_config.py), as a user's model would be.
 MODELS: dict[str, ModelSpec] = {
-    "Llama-2-7B": _LLAMA2_7B,
-    "Llama-2-13B": _LLAMA2_13B,
-    "Llama-2-70B": _LLAMA2_70B,
+    "Llama-2-7B": _llama2("Llama-2-7B", 32, 4096, 32, 32, 11008),
+    "Llama-2-13B": _llama2("Llama-2-13B", 40, 5120, 40, 40, 13824),
+    "Llama-2-70B": _llama2("Llama-2-70B", 80, 8192, 64, 8, 28672),
     "Llama-3-8B": get_model("Llama-3.1-8B"),
     "Llama-3.1-8B": get_model("Llama-3.1-8B"),
-    "Llama-3.1-70B": _LLAMA3_70B,
+    "Llama-3.1-70B": get_model("Llama-3.1-70B"),
     "Qwen2-7B": get_model("Qwen2.5-7B"),
     "Qwen2-72B": get_model("Qwen2.5-72B"),
 }

@@ -31,6 +31,7 @@ falls with TP). Prefill agrees within 10% from 2,048 tokens.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -39,15 +40,15 @@ from simctl.sim.cost_model import RooflineCostModel, RooflineParams
 from simctl.sim.hardware import get_gpu
 from simctl.sim.models import ModelSpec
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from published_crosscheck import MODELS as PUBLISHED_MODELS
+
 DATA = Path(__file__).resolve().parent / "data" / "vidur_h100_layer_ops.csv"
 #: Vidur's CPU launch cost it adds to every all-reduce (vidur/config: nccl_cpu_launch_overhead_ms)
 NCCL_LAUNCH_MS = 0.02
-#: Llama-2 shapes (meta-llama/Llama-2-{7b,70b}-hf config.json): layers, hidden, heads,
-#: KV heads, head dim, FFN, vocab
-MODELS = {
-    "Llama-2-7B": ModelSpec("Llama-2-7B", 32, 4096, 32, 32, 128, 11008, 32000),
-    "Llama-2-70B": ModelSpec("Llama-2-70B", 80, 8192, 64, 8, 128, 28672, 32000),
-}
+#: Llama-2 shapes (meta-llama/Llama-2-{7b,70b}-hf config.json), as published_crosscheck.py
+#: reads them
+MODELS: dict[str, ModelSpec] = {name: PUBLISHED_MODELS[name] for name in ("Llama-2-7B", "Llama-2-70B")}
 #: GPU time only: no per-iteration, per-sequence or per-token overhead
 GPU_ONLY = RooflineParams(
     iteration_overhead_s=0.0, tp_iteration_overhead_s=0.0, per_seq_overhead_s=0.0, per_token_overhead_s=0.0
