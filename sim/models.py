@@ -185,7 +185,6 @@ SMOLLM2_135M = ModelSpec(
 # Qwen3 0.6B, 1.7B, 4.0B, 8.2B, 14.8B, 32.8B, 30.5B (3.3B active); Qwen2.5-3B 3.09B;
 # R1-Distill-Qwen-32B 32.76B and -Llama-8B 8.03B (hub safetensors totals).
 _QWEN3 = {"model_type": "qwen3", "head_dim": 128, "vocab_size": 151936, "num_key_value_heads": 8}
-_QWEN2 = {"model_type": "qwen2", "tie_word_embeddings": False}
 _LLAMA70 = {
     "model_type": "llama",
     "num_hidden_layers": 80,
@@ -199,6 +198,11 @@ _LLAMA70 = {
 
 def _configured(name: str, hf_ids: tuple[str, ...], **fields: Any) -> ModelSpec:
     return replace(model_from_config(fields, name, source=f"catalogue {name}"), hf_ids=hf_ids)
+
+
+def _distill(base: ModelSpec, size: str, **changes: Any) -> ModelSpec:
+    name = f"DeepSeek-R1-Distill-{size}"
+    return replace(base, name=name, hf_ids=(f"deepseek-ai/{name}",), **changes)
 
 
 def _qwen3(size: str, layers: int, hidden: int, heads: int, ffn: int, tied: bool) -> ModelSpec:
@@ -239,50 +243,18 @@ QWEN3_30B_A3B = _configured(
 )
 QWEN25_3B = _qwen25("Qwen2.5-3B", 36, 2048, 16, 2, 11008, vocab=151936, tied=True)
 QWEN25_MATH_1_5B = _qwen25("Qwen2.5-Math-1.5B", 28, 1536, 12, 2, 8960, vocab=151936, tied=True)
-R1_DISTILL_QWEN_1_5B = _configured(
-    "DeepSeek-R1-Distill-Qwen-1.5B",
-    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",),
-    **_QWEN2,
-    num_hidden_layers=28,
-    hidden_size=1536,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    intermediate_size=8960,
-    vocab_size=151936,
-)  # (untied, unlike its base Qwen2.5-Math-1.5B)
-R1_DISTILL_QWEN_7B = _configured(
-    "DeepSeek-R1-Distill-Qwen-7B",
-    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",),
-    **_QWEN2,
-    num_hidden_layers=28,
-    hidden_size=3584,
-    num_attention_heads=28,
-    num_key_value_heads=4,
-    intermediate_size=18944,
-    vocab_size=152064,
-)
-R1_DISTILL_QWEN_32B = _configured(
-    "DeepSeek-R1-Distill-Qwen-32B",
-    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",),
-    **_QWEN2,
-    num_hidden_layers=64,
-    hidden_size=5120,
-    num_attention_heads=40,
-    num_key_value_heads=8,
-    intermediate_size=27648,
-    vocab_size=152064,
-)
-R1_DISTILL_LLAMA_8B = replace(
-    LLAMA31_8B, name="DeepSeek-R1-Distill-Llama-8B", hf_ids=("deepseek-ai/DeepSeek-R1-Distill-Llama-8B",)
-)
+# The R1 distills keep their base model's architecture (their configs' fields equal the
+# base's), except that the 1.5B unties the embeddings its base Qwen2.5-Math-1.5B ties.
+R1_DISTILL_QWEN_1_5B = _distill(QWEN25_MATH_1_5B, "Qwen-1.5B", tie_embeddings=False)
+R1_DISTILL_QWEN_7B = _distill(QWEN25_7B, "Qwen-7B")
+R1_DISTILL_QWEN_32B = _distill(QWEN25_32B, "Qwen-32B")
+R1_DISTILL_LLAMA_8B = _distill(LLAMA31_8B, "Llama-8B")
 LLAMA33_70B = _configured(
     "Llama-3.3-70B",
     ("meta-llama/Llama-3.3-70B-Instruct", "meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-70B-Instruct"),
     **_LLAMA70,
 )
-R1_DISTILL_LLAMA_70B = _configured(
-    "DeepSeek-R1-Distill-Llama-70B", ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B",), **_LLAMA70, head_dim=128
-)
+R1_DISTILL_LLAMA_70B = _distill(LLAMA33_70B, "Llama-70B")
 
 MODELS: dict[str, ModelSpec] = {
     m.name: m
