@@ -8,8 +8,10 @@ trace can carry those fields itself (the trace metadata's ``model_config``: `sim
 live` and `simctl trace import` write it for a model outside the catalogue), so that a
 replay elsewhere needs no file.
 
-Families, by ``model_type`` (transformers' names; each reads the fields its config class
-defines, with that class's defaults where a field is absent):
+Families, by ``model_type`` (transformers' names and fields). Where a field is absent the
+reader takes what transformers would: as many KV heads as heads, ``head_dim`` = hidden /
+heads, the config class's ``tie_word_embeddings``; fields with no safe default (Qwen MoE's
+shared expert width, whose class default is one model's) are required:
 - dense, gated MLP (three matrices per layer): llama, mistral, qwen2, qwen3, gemma,
   gemma2, gemma3_text, olmo2, granite, phi3;
 - routed experts: qwen2_moe, qwen3_moe (``decoder_sparse_step`` / ``mlp_only_layers``
@@ -21,14 +23,17 @@ counted (it runs on image prefill only and weighs on memory; the catalogue's Qwe
 counts it).
 
 What is left out is what the catalogue leaves out (norm weights of q/k, attention
-biases, routers' gates below 0.1 %). A config the reader cannot use fails in one line
-naming the file, the field and the value.
+biases, routers' gates below 0.1 %), and sliding-window layers (Gemma 2/3's local layers,
+``sliding_window`` configs) are priced as full attention over the whole context, which
+overstates their attention time on long sequences. A config the reader cannot use fails
+in one line naming the file, the field and the value.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -156,8 +161,6 @@ def _language_model(config: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _experts(cfg: _Fields, kind: str, dense: ModelSpec) -> ModelSpec:
     """Qwen MoE (routed + one shared expert, some layers dense) and Mixtral (all routed)."""
-    from dataclasses import replace
-
     layers = dense.layers
     if kind == "mixtral":
         experts = cfg.count("num_local_experts")
