@@ -52,8 +52,7 @@ class ModelSpec:
     def same_architecture(self, other: ModelSpec) -> bool:
         """Every field but the names: a catalogue entry and the same model read from its
         config.json (or under another directory name) price alike."""
-        unnamed = {"name": "", "hf_ids": ()}
-        return replace(self, **unnamed) == replace(other, **unnamed)
+        return replace(self, name="", hf_ids=()) == replace(other, name="", hf_ids=())
 
     @property
     def is_moe(self) -> bool:
