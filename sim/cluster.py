@@ -34,6 +34,14 @@ with ``:dpN`` and no ``:tpN`` the tp is 1) or as a TOML file::
     nvlink_gbps = 900       # optional override, GB/s (gigaBYTES), datasheet convention
     rdma_gbps = 50          # optional override, GB/s (gigaBYTES) per GPU, one direction
 
+A GPU outside the catalogue (sim/hardware.py) is the base ``gpu`` with its datasheet's
+numbers, each optional: ``gpu_name``, ``hbm_gb`` (decimal GB), ``hbm_tbps``,
+``bf16_tflops`` and ``fp8_tflops`` (dense, not "with sparsity"), ``pcie_gbps`` (one
+direction). A datasheet does not give the engine constants the catalogue fits per platform
+(the small-message all-reduce latency and the cost per running sequence): they stay the
+base's, or ``allreduce_us`` / ``per_seq_us`` set them (an engine measured otherwise; pick
+the base whose engine is closest: ``h100``'s CUDA-graph engine, ``h800``'s eager one).
+
 ``to_dict`` records every field (``dp``, ``gpus_per_worker`` and ``weights`` included) in
 the run directory's provenance.
 """
@@ -64,6 +72,18 @@ MAX_BANDWIDTH_GBPS = 100_000.0
 
 _NAME_SPEC = re.compile(r"^(?P<gpu>[a-z0-9][a-z0-9-]*?)x(?P<count>\d+)(?P<options>(?::[a-z0-9]+)*)$")
 _OPTION = re.compile(r"^(?P<key>tp|dp)(?P<value>\d+)$")
+# A GPU outside the catalogue, as overrides of the base `gpu`'s datasheet numbers in a
+# cluster file: key, GPUSpec field, unit, upper bound (a datasheet value is far below it).
+_GPU_FIELDS = (
+    ("hbm_gb", "hbm_bytes", 1e9, 100_000.0),
+    ("hbm_tbps", "hbm_bw", 1e12, 1_000.0),
+    ("bf16_tflops", "bf16_flops", 1e12, 1_000_000.0),
+    ("fp8_tflops", "fp8_flops", 1e12, 1_000_000.0),
+    ("pcie_gbps", "pcie_bw", 1e9, MAX_BANDWIDTH_GBPS),
+    # the base GPU's engine constants (sim/hardware.py), for an engine measured otherwise
+    ("allreduce_us", "allreduce_latency_s", 1e-6, 1e6),
+    ("per_seq_us", "per_seq_overhead_s", 1e-6, 1e6),
+)
 _TOML_KEYS = {
     "nodes",
     "gpus_per_node",
@@ -74,6 +94,8 @@ _TOML_KEYS = {
     "gpu_mem_util",
     "nvlink_gbps",
     "rdma_gbps",
+    *(key for key, _, _, _ in _GPU_FIELDS),
+    "gpu_name",
 }
 # Weight formats an engine serves, and their bytes per parameter (block-FP8 scales, one
 # float per 128x128 block, are 0.02% more and not counted).
@@ -263,6 +285,29 @@ def _bandwidth(path: Path, data: dict[str, Any], key: str) -> float:
     return value * 1e9
 
 
+def _gpu_overrides(path: Path, data: dict[str, Any], gpu: GPUSpec) -> GPUSpec:
+    """The base GPU with the file's datasheet overrides (a GPU outside the catalogue: H20,
+    B200, ... from their datasheets), named `gpu_name` where given, else the base's name
+    marked as changed. What a datasheet does not give (the all-reduce latency and the cost
+    per sequence its engines ran at) stays the base's unless the file sets it."""
+    changes: dict[str, Any] = {}
+    if "nvlink_gbps" in data:
+        changes["nvlink_bw"] = _bandwidth(path, data, "nvlink_gbps")
+    if "rdma_gbps" in data:
+        changes["rdma_bw"] = _bandwidth(path, data, "rdma_gbps")
+    for key, attr, unit, bound in _GPU_FIELDS:
+        if key in data:
+            value = float(_field(path, data, key, float))
+            if value > bound:
+                raise ValueError(f"cluster file {path.name}: field {key!r}={value!r} is above {bound:,.0f}")
+            changes[attr] = value * unit
+    if "gpu_name" in data:
+        changes["name"] = _field(path, data, "gpu_name", str).strip() or gpu.name
+    elif set(changes) - {"nvlink_bw", "rdma_bw"}:  # (link overrides keep the name, as before)
+        changes["name"] = f"{gpu.name} (modified)"
+    return dataclasses.replace(gpu, **changes) if changes else gpu
+
+
 def check_size(spec: ClusterSpec, memory_bytes: int | None = None) -> None:
     """Refuse, before simulating, a cluster whose simulator state cannot fit in memory."""
     need = spec.num_workers * BYTES_PER_WORKER
@@ -300,10 +345,7 @@ def _parse_toml(path: Path) -> ClusterSpec:
         gpu = get_gpu(gpu_name)
     except ValueError as exc:
         raise ValueError(f"cluster file {path.name}: field 'gpu': {exc}") from None
-    if "nvlink_gbps" in data:
-        gpu = dataclasses.replace(gpu, nvlink_bw=_bandwidth(path, data, "nvlink_gbps"))
-    if "rdma_gbps" in data:
-        gpu = dataclasses.replace(gpu, rdma_bw=_bandwidth(path, data, "rdma_gbps"))
+    gpu = _gpu_overrides(path, data, gpu)
     if per_node % tp:
         raise ValueError(
             f"cluster file {path.name}: field 'tp'={tp} does not divide gpus_per_node={per_node}"

@@ -209,3 +209,56 @@ def test_to_dict_is_json_provenance() -> None:
     d = json.loads(json.dumps(c.to_dict()))
     assert d["total_gpus"] == 512 and d["num_workers"] == 128 and d["tp"] == 4
     assert d["gpu"]["name"] == "H100-SXM-80GB" and d["source"] == "h100x512"
+
+
+def test_a_gpu_outside_the_catalogue_from_its_datasheet(tmp_path: Path) -> None:
+    """Datasheet overrides on a base GPU: the numbers land in the spec in SI units, the
+    roofline follows them (more HBM bandwidth: a faster memory-bound decode step; fewer
+    FLOPs: a slower compute-bound prefill; more HBM: more KV), and what a datasheet does
+    not give stays the base's unless set."""
+    from simctl.sim.cost_model import load_cost_model
+    from simctl.sim.models import get_model
+
+    body = 'nodes = 1\ngpus_per_node = 8\ngpu = "h100"\ntp = 1\n'
+    custom = parse_cluster(
+        _write(
+            tmp_path,
+            body + 'gpu_name = "H20"\nhbm_gb = 96\nhbm_tbps = 4.0\nbf16_tflops = 148\nfp8_tflops = 296\n',
+        )
+    )
+    h100 = get_gpu("h100")
+    g = custom.gpu
+    assert g.name == "H20" and g.hbm_bytes == pytest.approx(96e9) and g.hbm_bw == pytest.approx(4.0e12)
+    assert g.bf16_flops == pytest.approx(148e12) and g.fp8_flops == pytest.approx(296e12)
+    assert (g.allreduce_latency_s, g.per_seq_overhead_s, g.nvlink_bw) == (
+        h100.allreduce_latency_s,
+        h100.per_seq_overhead_s,
+        h100.nvlink_bw,
+    )
+    assert custom.to_dict()["gpu"]["name"] == "H20" and "H20" in custom.label
+    model = get_model("qwen2.5-7b")
+    mine, base = load_cost_model(model, custom), load_cost_model(model, parse_cluster("h100x8:tp1"))
+    assert float(mine.iteration_time(1, 1, 1000.0)) < float(base.iteration_time(1, 1, 1000.0))
+    assert float(mine.iteration_time(1, 8192, 4096.0)) > float(base.iteration_time(1, 8192, 4096.0))
+    assert mine.kv_capacity_tokens > base.kv_capacity_tokens
+    engine = parse_cluster(_write(tmp_path, body + "allreduce_us = 20\nper_seq_us = 30\n", "e.toml"))
+    assert engine.gpu.allreduce_latency_s == pytest.approx(20e-6)
+    assert engine.gpu.per_seq_overhead_s == pytest.approx(30e-6)
+    assert engine.gpu.name == "H100-SXM-80GB (modified)"
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ("hbm_gb = -96\n", "field 'hbm_gb'=-96 must be a finite positive float"),
+        ("bf16_tflops = 5e6\n", "field 'bf16_tflops'=5000000.0 is above 1,000,000"),
+        ("hbm_tbps = nan\n", "field 'hbm_tbps'=nan must be a finite positive float"),
+        ("gpu_name = 3\n", "field 'gpu_name'=3 must be a string"),
+        ("hbm_gbs = 3\n", "unknown field 'hbm_gbs'"),
+    ],
+)
+def test_bad_gpu_overrides_are_one_line(tmp_path: Path, extra: str, fragment: str) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_cluster(_write(tmp_path, 'nodes = 1\ngpus_per_node = 8\ngpu = "h100"\n' + extra))
+    msg = str(err.value)
+    assert fragment in msg and "x.toml" in msg and "\n" not in msg
