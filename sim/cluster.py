@@ -73,16 +73,17 @@ MAX_BANDWIDTH_GBPS = 100_000.0
 _NAME_SPEC = re.compile(r"^(?P<gpu>[a-z0-9][a-z0-9-]*?)x(?P<count>\d+)(?P<options>(?::[a-z0-9]+)*)$")
 _OPTION = re.compile(r"^(?P<key>tp|dp)(?P<value>\d+)$")
 # A GPU outside the catalogue, as overrides of the base `gpu`'s datasheet numbers in a
-# cluster file: key, GPUSpec field, unit, upper bound (a datasheet value is far below it).
+# cluster file: key, GPUSpec field, unit, range (every GPU's datasheet value is well inside
+# it; outside, the simulation would report days per step rather than refuse the typo).
 _GPU_FIELDS = (
-    ("hbm_gb", "hbm_bytes", 1e9, 100_000.0),
-    ("hbm_tbps", "hbm_bw", 1e12, 1_000.0),
-    ("bf16_tflops", "bf16_flops", 1e12, 1_000_000.0),
-    ("fp8_tflops", "fp8_flops", 1e12, 1_000_000.0),
-    ("pcie_gbps", "pcie_bw", 1e9, MAX_BANDWIDTH_GBPS),
+    ("hbm_gb", "hbm_bytes", 1e9, (1.0, 100_000.0)),
+    ("hbm_tbps", "hbm_bw", 1e12, (0.01, 1_000.0)),
+    ("bf16_tflops", "bf16_flops", 1e12, (1.0, 1_000_000.0)),
+    ("fp8_tflops", "fp8_flops", 1e12, (1.0, 1_000_000.0)),
+    ("pcie_gbps", "pcie_bw", 1e9, (0.1, MAX_BANDWIDTH_GBPS)),
     # the base GPU's engine constants (sim/hardware.py), for an engine measured otherwise
-    ("allreduce_us", "allreduce_latency_s", 1e-6, 1e6),
-    ("per_seq_us", "per_seq_overhead_s", 1e-6, 1e6),
+    ("allreduce_us", "allreduce_latency_s", 1e-6, (0.0, 1e6)),
+    ("per_seq_us", "per_seq_overhead_s", 1e-6, (0.0, 1e6)),
 )
 _TOML_KEYS = {
     "nodes",
@@ -285,6 +286,10 @@ def _bandwidth(path: Path, data: dict[str, Any], key: str) -> float:
     return value * 1e9
 
 
+def _plain(x: float) -> str:
+    return f"{x:,.0f}" if x == int(x) else f"{x:g}"
+
+
 def _gpu_overrides(path: Path, data: dict[str, Any], gpu: GPUSpec) -> GPUSpec:
     """The base GPU with the file's datasheet overrides (a GPU outside the catalogue: H20,
     B200, ... from their datasheets), named `gpu_name` where given, else the base's name
@@ -295,11 +300,12 @@ def _gpu_overrides(path: Path, data: dict[str, Any], gpu: GPUSpec) -> GPUSpec:
         changes["nvlink_bw"] = _bandwidth(path, data, "nvlink_gbps")
     if "rdma_gbps" in data:
         changes["rdma_bw"] = _bandwidth(path, data, "rdma_gbps")
-    for key, attr, unit, bound in _GPU_FIELDS:
+    for key, attr, unit, (low, high) in _GPU_FIELDS:
         if key in data:
             value = float(_field(path, data, key, float))
-            if value > bound:
-                raise ValueError(f"cluster file {path.name}: field {key!r}={value!r} is above {bound:,.0f}")
+            if not low <= value <= high:
+                span = f"{_plain(low)}-{_plain(high)}"
+                raise ValueError(f"cluster file {path.name}: field {key!r}={value!r} is outside {span}")
             changes[attr] = value * unit
     if "gpu_name" in data:
         changes["name"] = _field(path, data, "gpu_name", str).strip() or gpu.name

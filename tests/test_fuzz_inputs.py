@@ -218,6 +218,8 @@ _NUMBER = st.one_of(
 _VALUE = st.one_of(_NUMBER, st.booleans(), _TEXT, st.lists(st.integers(), max_size=2))
 CLUSTER_KEYS = [
     *("nodes", "gpus_per_node", "gpu", "tp", "dp", "weights", "gpu_mem_util", "nvlink_gbps", "rdma_gbps"),
+    *("gpu_name", "hbm_gb", "hbm_tbps", "bf16_tflops", "fp8_tflops", "pcie_gbps"),
+    *("allreduce_us", "per_seq_us"),
     "bogus",
 ]
 
