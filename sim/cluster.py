@@ -69,6 +69,8 @@ DEFAULT_MEM_UTIL = 0.9
 BYTES_PER_WORKER = 8 * 1024
 # Bandwidth overrides above this are not a datasheet value (NVLink 5 is 1,800 GB/s).
 MAX_BANDWIDTH_GBPS = 100_000.0
+# ... and below this (1 Gb/s Ethernet is 0.125 GB/s) a typo, not a link.
+MIN_BANDWIDTH_GBPS = 0.1
 
 _NAME_SPEC = re.compile(r"^(?P<gpu>[a-z0-9][a-z0-9-]*?)x(?P<count>\d+)(?P<options>(?::[a-z0-9]+)*)$")
 _OPTION = re.compile(r"^(?P<key>tp|dp)(?P<value>\d+)$")
@@ -80,7 +82,7 @@ _GPU_FIELDS = (
     ("hbm_tbps", "hbm_bw", 1e12, (0.01, 1_000.0)),
     ("bf16_tflops", "bf16_flops", 1e12, (1.0, 1_000_000.0)),
     ("fp8_tflops", "fp8_flops", 1e12, (1.0, 1_000_000.0)),
-    ("pcie_gbps", "pcie_bw", 1e9, (0.1, MAX_BANDWIDTH_GBPS)),
+    ("pcie_gbps", "pcie_bw", 1e9, (MIN_BANDWIDTH_GBPS, MAX_BANDWIDTH_GBPS)),
     # the base GPU's engine constants (sim/hardware.py), for an engine measured otherwise
     ("allreduce_us", "allreduce_latency_s", 1e-6, (0.0, 1e6)),
     ("per_seq_us", "per_seq_overhead_s", 1e-6, (0.0, 1e6)),
@@ -282,6 +284,10 @@ def _bandwidth(path: Path, data: dict[str, Any], key: str) -> float:
     if value > MAX_BANDWIDTH_GBPS:
         raise ValueError(
             f"cluster file {path.name}: field {key!r}={value!r} GB/s is above {MAX_BANDWIDTH_GBPS:,.0f} GB/s"
+        )
+    if value < MIN_BANDWIDTH_GBPS:
+        raise ValueError(
+            f"cluster file {path.name}: field {key!r}={value!r} GB/s is below {MIN_BANDWIDTH_GBPS} GB/s"
         )
     return value * 1e9
 

@@ -253,6 +253,7 @@ def test_a_gpu_outside_the_catalogue_from_its_datasheet(tmp_path: Path) -> None:
         ("hbm_gb = -96\n", "field 'hbm_gb'=-96 must be a finite positive float"),
         ("bf16_tflops = 5e6\n", "field 'bf16_tflops'=5000000.0 is outside 1-1,000,000"),
         ("hbm_tbps = 1e-300\n", "field 'hbm_tbps'=1e-300 is outside 0.01-1,000"),
+        ("nvlink_gbps = 1e-9\n", "field 'nvlink_gbps'=1e-09 GB/s is below 0.1 GB/s"),
         ("hbm_tbps = nan\n", "field 'hbm_tbps'=nan must be a finite positive float"),
         ("gpu_name = 3\n", "field 'gpu_name'=3 must be a string"),
         ("hbm_gbs = 3\n", "unknown field 'hbm_gbs'"),
