@@ -27,7 +27,8 @@ from simctl.live.recorder import (
     write_run_dir,
 )
 from simctl.live.workload import Workload
-from simctl.sim.models import model_record
+from simctl.sim.model_config import model_from_config
+from simctl.sim.models import get_model, model_record
 from simctl.traces.chrome_trace import write_run_chrome_trace
 from simctl.traces.run_format import RunDoc
 
@@ -38,18 +39,26 @@ def model_name(loaded: LoadedModel, model_arg: str) -> str:
 
 
 def model_fields(loaded: LoadedModel, model_arg: str) -> dict[str, Any]:
-    """The trace's `model` and, for a HF directory outside the simulator's catalogue, its
-    `model_config` (the config.json fields that price it), so that `simctl replay`
-    prices the recording's model wherever the trace goes; a config the simulator cannot
-    read (another family) leaves the name only, as before."""
-    if loaded.catalogue != "unknown" or loaded.path is None:
+    """The trace's `model` and, for a HF directory whose architecture the simulator's
+    catalogue lacks, its `model_config` (the config.json fields that price it), so that
+    `simctl replay` prices the recording's model wherever the trace goes. A directory of a
+    catalogue model records the catalogue name; a config the simulator cannot read
+    (another family) leaves the name only, with a warning."""
+    if loaded.path is None:
         return {"model": model_name(loaded, model_arg)}
     try:
         name, config = model_record(loaded.path)
     except ValueError as exc:
         why = str(exc).splitlines()[0]
-        click.echo(f"warning: the trace names model '{model_arg}' only ({why})", err=True)
-        return {"model": model_arg}
+        click.echo(f"warning: the trace names model '{model_name(loaded, model_arg)}' only ({why})", err=True)
+        return {"model": model_name(loaded, model_arg)}
+    if config is None:
+        return {"model": name}
+    # a catalogue model under another directory name (smollm2's converted checkout)
+    if loaded.catalogue != "unknown" and get_model(loaded.catalogue).same_architecture(
+        model_from_config(config, name)
+    ):
+        return {"model": loaded.catalogue}
     return {"model": name, "model_config": config}
 
 

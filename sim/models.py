@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simctl.sim.model_config import essentials, load_model_config, model_from_config, read_config_file
+from simctl.sim.model_config import essentials, model_from_config, read_config_file
 from simctl.sim.model_spec import ModelSpec, mla_attn_params
 
 if TYPE_CHECKING:
@@ -306,16 +306,34 @@ for _m in MODELS.values():
         _INDEX[_key(_alias)] = _m
 
 
+def _is_config_path(name: str) -> bool:
+    """Whether `name` names a config file or a model directory (rather than a model)."""
+    path = Path(name).expanduser()
+    return name.endswith(".json") or path.is_file() or (path / "config.json").is_file()
+
+
+def _read(name: str) -> tuple[ModelSpec, dict[str, Any] | None]:
+    """The model at a config path, and the config's fields to record: none where the
+    catalogue holds the same architecture under the directory's name (a HF checkout of a
+    catalogue model is that model); a fine-tune that changed the architecture under its
+    base's name is its own config's model."""
+    label, config = read_config_file(name)
+    spec = model_from_config(config, label, source=name)
+    known = _INDEX.get(_key(label))
+    if known is not None and known.same_architecture(spec):
+        return known, None
+    return spec, essentials(config)
+
+
 def get_model(name: str) -> ModelSpec:
     """Look a model up by catalogue name or HF id ("Qwen/Qwen2.5-32B-Instruct"), any case;
     or read it from a ``config.json`` or a directory holding one (a path that exists, or
-    one ending in .json)."""
+    one ending in .json), which then decides the architecture (`_read`)."""
+    if _is_config_path(name):
+        return _read(name)[0]
     found = _INDEX.get(_key(name))
     if found is not None:
         return found
-    path = Path(name).expanduser()
-    if name.endswith(".json") or path.is_file() or (path / "config.json").is_file():
-        return load_model_config(path)
     raise ValueError(
         f"unknown model {name!r}; known: {', '.join(MODELS)}; or give a HF model directory or its config.json"
     )
@@ -323,19 +341,13 @@ def get_model(name: str) -> ModelSpec:
 
 def model_record(name: str) -> tuple[str, dict[str, Any] | None]:
     """What a trace records of model `name` (`trace import --model`, `live --model`): the
-    catalogue name and no config for a catalogue model; else the name of its directory
-    and the fields of its ``config.json`` that price it (the trace's `model_config`), so
-    that the trace replays where the file is not."""
-    found = _INDEX.get(_key(name))
-    if found is not None:
-        return found.name, None
-    path = Path(name).expanduser()
-    if name.endswith(".json") or path.is_file() or (path / "config.json").is_file():
-        label, config = read_config_file(path)
-        model_from_config(config, label, source=str(path))  # (refused here, not at replay)
-        return label, essentials(config)
-    get_model(name)  # (raises: unknown)
-    raise AssertionError("unreachable")
+    catalogue name and no config for a catalogue model (by name, or a directory holding
+    one); else the name of its directory and the fields of its ``config.json`` that price
+    it (the trace's `model_config`), so that the trace replays where the file is not."""
+    if _is_config_path(name):
+        spec, config = _read(name)
+        return spec.name, config
+    return get_model(name).name, None
 
 
 def model_of_trace(meta: TraceMeta, source: str, override: str | None = None) -> ModelSpec:

@@ -460,3 +460,20 @@ def test_models_command_lists_the_catalogue_and_reads_a_directory(tmp_path: Path
     assert "expert FFN 1536, 94 expert layers, 0 dense" in shown.output
     bad = CliRunner().invoke(main, ["models", str(tmp_path / "nope.json")])
     assert bad.exit_code == 1 and bad.output.count("\n") == 1 and "no such file" in bad.output
+
+
+def test_a_directory_decides_the_architecture_even_under_a_catalogue_name(tmp_path: Path) -> None:
+    """A HF checkout of a catalogue model is that model (nothing to record); a fine-tune
+    that changed the architecture under its base's name is its own config's model."""
+    same = _model_dir(tmp_path, "Qwen2.5-7B", CATALOGUE_CONFIGS["Qwen2.5-7B"])
+    assert get_model(str(same)) is get_model("Qwen2.5-7B")
+    assert model_record(str(same)) == ("Qwen2.5-7B", None)
+    (tmp_path / "sft").mkdir()
+    grown = _model_dir(
+        tmp_path / "sft", "Qwen2.5-7B", {**CATALOGUE_CONFIGS["Qwen2.5-7B"], "vocab_size": 160000}
+    )
+    assert get_model(str(grown)).vocab == 160000
+    name, config = model_record(str(grown))
+    assert name == "Qwen2.5-7B" and config is not None and config["vocab_size"] == 160000
+    meta = TraceMeta(group_size=4, model=name, model_config=config)
+    assert model_of_trace(meta, "t").vocab == 160000  # the trace's config, not the catalogue
