@@ -150,9 +150,52 @@ A100_SXM_80GB = GPUSpec(
     per_seq_overhead_s=74e-6,
 )
 
+# NVIDIA H20 (HGX H20, the China export part): NVIDIA publishes no datasheet; its spec table
+# as reproduced by the press (tomshardware.com, "New Nvidia AI GPUs designed to get around US
+# export bans come to China: H20, L20 and L2", and tweaktown.com news/95224) and NVIDIA's own
+# ai-dynamo/aiconfigurator @ 18aac73 src/aiconfigurator/systems/h20_sxm.yaml agree: 96 GB
+# HBM3, 4.0 TB/s, BF16 148 TFLOPS and FP8 296 TFLOPS (dense: aiconfigurator's dense peaks),
+# NVLink 900 GB/s; PCIe Gen5 (aiconfigurator only). Not verified: the NIC per GPU of an HGX
+# H20 server (50 GB/s here is HGX H100's one ConnectX-7 per GPU, assumed) and any engine
+# measurement, so the all-reduce latency and per-sequence cost are the class defaults.
+# Decode on an H20 turns compute-bound from about 37 sequences per worker (148 TFLOPS over
+# 4 TB/s, against ~295 on the H100), so at rollout batch sizes it is about as fast as an
+# H100, not the 1.2x its bandwidth alone would give.
+H20_96GB = GPUSpec(
+    name="H20-96GB",
+    hbm_bytes=96 * GB,
+    hbm_bw=4.0 * TB,
+    bf16_flops=148e12,
+    nvlink_bw=900 * GB,
+    rdma_bw=50 * GB,
+    pcie_bw=64 * GB,
+    fp8_flops=296e12,
+)
+
+# NVIDIA B200 as in the 8-GPU HGX/DGX B200: NVIDIA's HGX B200 specification column, 180 GB
+# HBM3e, 7.7 TB/s, FP16/BF16 4.5 PFLOPS and FP8 9 PFLOPS *with sparsity* -> 2,250 / 4,500
+# dense (pytorch/ao @ 0598012 torchao/testing/training/roofline_utils.py and aiconfigurator
+# @ 095f58a b200_sxm.yaml use 2.25e15 / 4.5e15), NVLink 5 1.8 TB/s per GPU; DGX B200 user
+# guide (docs.nvidia.com/dgx/dgxb200-user-guide): 1,440 GB over 8 GPUs, 8 single-port
+# ConnectX-7 400 Gb/s (one per GPU, 50 GB/s), PCIe Gen5 host CPUs. (192 GB / 8 TB/s is the
+# GB200 figure.) No engine measurement: the all-reduce latency and per-sequence cost are
+# the class defaults.
+B200_SXM_180GB = GPUSpec(
+    name="B200-SXM-180GB",
+    hbm_bytes=180 * GB,
+    hbm_bw=7.7 * TB,
+    bf16_flops=2250e12,
+    nvlink_bw=1800 * GB,
+    rdma_bw=50 * GB,
+    pcie_bw=64 * GB,
+    fp8_flops=4500e12,
+)
+
 DEFAULT_GPU = H100_SXM_80GB
 
-GPUS: dict[str, GPUSpec] = {g.name: g for g in (H100_SXM_80GB, H800_SXM_80GB, H200_SXM_141GB, A100_SXM_80GB)}
+GPUS: dict[str, GPUSpec] = {
+    g.name: g for g in (H100_SXM_80GB, H800_SXM_80GB, H200_SXM_141GB, A100_SXM_80GB, H20_96GB, B200_SXM_180GB)
+}
 
 _ALIASES: dict[str, str] = {
     "h100": H100_SXM_80GB.name,
@@ -168,6 +211,9 @@ _ALIASES: dict[str, str] = {
     "a100-80gb": A100_SXM_80GB.name,
     "a100-sxm": A100_SXM_80GB.name,
     "a100-80gb-sxm": A100_SXM_80GB.name,
+    "h20": H20_96GB.name,
+    "b200": B200_SXM_180GB.name,
+    "b200-sxm": B200_SXM_180GB.name,
 }
 
 
@@ -184,4 +230,4 @@ def get_gpu(name: str) -> GPUSpec:
     if key in _ALIASES:
         return GPUS[_ALIASES[key]]
     known = ", ".join(sorted(GPUS))
-    raise ValueError(f"unknown GPU {name!r}; known: {known} (aliases: h100, h800, h200, a100)")
+    raise ValueError(f"unknown GPU {name!r}; known: {known} (aliases: h100, h800, h200, a100, h20, b200)")

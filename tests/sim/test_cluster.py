@@ -42,7 +42,7 @@ def test_parse_names(spec: str, nodes: int, per_node: int, gpu: str, tp: int, wo
         ("h100", "expected NAMExCOUNT"),
         ("h100x12", "GPU count 12 must be a multiple of 8"),
         ("h100x0", "GPU count 0"),
-        ("b200x8", "unknown GPU 'b200'"),
+        ("mi300xx8", "unknown GPU 'mi300x'"),
         ("h100x8:tp3", "tp3 does not divide gpus_per_node=8"),
         ("h100x16:tp16", "tp16 does not divide"),
         ("h800x256:dp24", "field 'dp'=24 does not divide the 256 GPUs of 32 nodes"),

@@ -18,6 +18,8 @@ from simctl.sim.models import MODELS, SMOLLM2_135M, get_model
         ("h200", "H200-SXM-141GB"),
         ("A100", "A100-SXM-80GB"),
         ("a100-80gb-sxm", "A100-SXM-80GB"),
+        ("H20", "H20-96GB"),
+        ("b200", "B200-SXM-180GB"),
     ],
 )
 def test_gpu_aliases(alias: str, canonical: str) -> None:
@@ -26,9 +28,9 @@ def test_gpu_aliases(alias: str, canonical: str) -> None:
 
 def test_unknown_gpu_is_one_line_listing_names() -> None:
     with pytest.raises(ValueError) as err:
-        get_gpu("b200")
+        get_gpu("mi300x")
     msg = str(err.value)
-    assert "\n" not in msg and "'b200'" in msg
+    assert "\n" not in msg and "'mi300x'" in msg
     assert all(name in msg for name in GPUS)
 
 
@@ -39,6 +41,10 @@ def test_datasheet_numbers() -> None:
     assert a100.hbm_bw == pytest.approx(2.039e12) and a100.bf16_flops == pytest.approx(312e12)
     assert h200.hbm_bytes == pytest.approx(141e9) and h200.hbm_bw == pytest.approx(4.8e12)
     assert h800.nvlink_bw < h100.nvlink_bw
+    h20, b200 = get_gpu("h20"), get_gpu("b200")
+    assert (h20.hbm_bytes, h20.hbm_bw, h20.bf16_flops, h20.fp8_flops) == (96e9, 4.0e12, 148e12, 296e12)
+    assert (b200.hbm_bytes, b200.hbm_bw, b200.bf16_flops, b200.fp8_flops) == (180e9, 7.7e12, 2250e12, 4500e12)
+    assert b200.nvlink_bw == 2 * h100.nvlink_bw
     assert h100.to_dict()["name"] == "H100-SXM-80GB"
 
 
@@ -140,3 +146,20 @@ def test_unknown_model_is_one_line_listing_names() -> None:
     msg = str(err.value)
     assert "\n" not in msg and "'gpt-5'" in msg
     assert all(name in msg for name in MODELS)
+
+
+def test_h20_decode_is_compute_bound_early() -> None:
+    """The H20's ridge point: 148 TFLOPS over 4 TB/s. Its decode step beats the H100's while
+    the batch is small (more bandwidth) and loses once it is large (far fewer FLOPs)."""
+    from simctl.sim.cluster import parse_cluster
+    from simctl.sim.cost_model import load_cost_model
+
+    model = get_model("qwen2.5-7b")
+    h20, h100 = (load_cost_model(model, parse_cluster(f"{g}x8:tp1")) for g in ("h20", "h100"))
+    small, large = 1, 256
+    assert float(h20.iteration_time(small, small, 2000.0 * small)) < float(
+        h100.iteration_time(small, small, 2000.0 * small)
+    )
+    assert float(h20.iteration_time(large, large, 2000.0 * large)) > float(
+        h100.iteration_time(large, large, 2000.0 * large)
+    )
