@@ -297,10 +297,10 @@ def _plain(x: float) -> str:
 
 
 def _gpu_overrides(path: Path, data: dict[str, Any], gpu: GPUSpec) -> GPUSpec:
-    """The base GPU with the file's datasheet overrides (a GPU outside the catalogue: H20,
-    B200, ... from their datasheets), named `gpu_name` where given, else the base's name
-    marked as changed. What a datasheet does not give (the all-reduce latency and the cost
-    per sequence its engines ran at) stays the base's unless the file sets it."""
+    """The base GPU with the file's datasheet overrides (a GPU outside the catalogue, from
+    its datasheet), named `gpu_name` where given, else the base's name marked as changed.
+    What a datasheet does not give (the all-reduce latency and the cost per sequence its
+    engines ran at) stays the base's unless the file sets it."""
     changes: dict[str, Any] = {}
     if "nvlink_gbps" in data:
         changes["nvlink_bw"] = _bandwidth(path, data, "nvlink_gbps")
