@@ -111,12 +111,6 @@ def read_config_file(path: str | Path) -> tuple[str, dict[str, Any]]:
     return name or file.stem, config
 
 
-def load_model_config(path: str | Path) -> ModelSpec:
-    """The model a ``config.json`` (or a directory holding one) describes."""
-    name, config = read_config_file(path)
-    return model_from_config(config, name, source=str(path))
-
-
 def model_from_config(config: Mapping[str, Any], name: str, source: str = "model_config") -> ModelSpec:
     """The ModelSpec of a HF config (see the module docstring); `source` names it in errors."""
     cfg = _Fields(_language_model(config), source)
@@ -168,7 +162,7 @@ def _experts(cfg: _Fields, kind: str, dense: ModelSpec) -> ModelSpec:
             dense,
             num_experts=experts,
             experts_per_token=cfg.top_k("num_experts_per_tok", experts, "num_local_experts"),
-            moe_ffn=cfg.count("intermediate_size"),
+            moe_ffn=dense.ffn,  # (Mixtral's intermediate_size is each expert's width)
         )
     experts = cfg.count("num_experts")
     step = cfg.count("decoder_sparse_step", 1)

@@ -69,6 +69,11 @@ class ModelSpec:
         k_and_v = 2 * self.hidden * self.kv_heads * self.head_dim
         return q_and_o + k_and_v
 
+    @property
+    def shared_width(self) -> int:
+        """Total FFN width of the always-on experts of an MoE layer (0: none)."""
+        return self.shared_ffn or self.shared_experts * self.moe_ffn
+
     def expert_params(self) -> int:
         """One SwiGLU expert (gate, up, down); the unit MoE weight traffic is counted in."""
         return 3 * self.hidden * self.moe_ffn
@@ -83,12 +88,7 @@ class ModelSpec:
         total = self.layers * per_layer_common
         if not self.is_moe:
             return total + self.layers * dense_ffn
-        shared = (
-            3 * self.hidden * self.shared_ffn
-            if self.shared_ffn
-            else self.shared_experts * self.expert_params()
-        )
-        moe_ffn = routed_experts * self.expert_params() + shared
+        moe_ffn = routed_experts * self.expert_params() + 3 * self.hidden * self.shared_width
         router = self.hidden * self.num_experts
         return total + self.dense_layers * dense_ffn + self.moe_layers * (moe_ffn + router)
 

@@ -39,8 +39,7 @@ def models_cmd(model: str | None) -> None:
     attention = "multi-head latent (MLA)" if m.mla_kv_dim else f"{m.heads} heads, {m.kv_heads} KV heads"
     click.echo(f"  hidden {m.hidden}, head_dim {m.head_dim}, {attention}")
     if m.is_moe:
-        shared = m.shared_ffn or m.shared_experts * m.moe_ffn
-        ffn = f"expert FFN {m.moe_ffn}{f' + shared {shared}' if shared else ''}"
+        ffn = f"expert FFN {m.moe_ffn}{f' + shared {m.shared_width}' if m.shared_width else ''}"
         click.echo(f"  {ffn}, {m.moe_layers} expert layers, {m.dense_layers} dense of FFN {m.ffn}")
     else:
         click.echo(f"  FFN {m.ffn}")

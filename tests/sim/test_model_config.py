@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simctl.cli import main
-from simctl.sim.model_config import ModelConfigError, essentials, load_model_config, model_from_config
+from simctl.sim.model_config import ModelConfigError, essentials, model_from_config
 from simctl.sim.models import get_model, model_of_trace, model_record
 from simctl.traces.io import read_trace, write_trace
 from simctl.traces.schema import TraceMeta
@@ -134,7 +134,7 @@ def test_a_model_directory_and_its_config_file(tmp_path: Path) -> None:
     assert by_dir.param_count() == get_model("Qwen2.5-7B").param_count()
     other = tmp_path / "mine.json"
     other.write_text(json.dumps(CATALOGUE_CONFIGS["Llama-3.1-8B"]))
-    assert load_model_config(other).name == "mine"
+    assert get_model(str(other)).name == "mine"
 
 
 def test_mixtral_counts_against_its_model_card() -> None:
