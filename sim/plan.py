@@ -14,19 +14,22 @@ class Plan:
     ids: np.ndarray  # running requests, admission order
     cum_s: np.ndarray  # cumulative time at the end of each planned iteration
     remaining: np.ndarray  # tokens until each request's dispatch ends
-    tokens: np.ndarray | None  # per-request per-iteration tokens (None: plain decode)
-    spec_rows: np.ndarray | None  # bool mask of rows decoded speculatively
+    spec_rows: np.ndarray | None  # bool mask of rows decoded speculatively (None: plain decode)
     gamma: np.ndarray | None
     kv_tokens: int
     spec_gamma_mean: float
     # Speculative plans: every row speculates (`spec_rows` all True), known when planned
     # so that applying a stretch need not check the mask again.
     every_row_speculates: bool = False
-    cum: np.ndarray | None = None  # cumulative tokens per row over the block (speculative plans)
+    # Speculative plans: per row and iteration, its tokens since the block began capped at
+    # its dispatch end (`remaining`); uint16 where that fits (every worker holds a plan).
+    progress: np.ndarray | None = None
     # Iterations (1-based, increasing, last = iterations) after which a request ends: the
     # worker stops there to report it. Plain decoding plans several finishes at once.
     stops: np.ndarray | None = None
     decoupled_rows: np.ndarray | None = None  # bool mask of decoupled rows (they sit out iterations)
+    # Decoupled rows (in row order), per iteration: whether the row was verified in it.
+    verified: np.ndarray | None = None
     # Speculative plans: the 0-based column in which each row reaches its dispatch end
     # (`iterations` if it does not within the block); a row takes part up to that column.
     finish: np.ndarray | None = None
@@ -67,19 +70,20 @@ class Plan:
         """Of a speculative plan's rows over iterations [pos, done): (progress at `done`,
         progress at `pos` (None at 0: nothing yet), tokens gained, iterations taken part in:
         up to the row's finish column; decoupled rows verified only where they emitted)."""
-        assert self.cum is not None and self.finish is not None and self.tokens is not None
-        progress = np.minimum(self.cum[:, done - 1], self.remaining)
+        assert self.progress is not None and self.finish is not None
+        progress = self.progress[:, done - 1].astype(np.int64)
         last = self.last if self.last is not None else self.finish + 1
         prev: np.ndarray | None
         if pos:
-            prev = np.minimum(self.cum[:, pos - 1], self.remaining)
+            prev = self.progress[:, pos - 1].astype(np.int64)
             gained = progress - prev
             iters = np.minimum(done, last) - np.minimum(pos, last)
         else:  # minus 0 (finish columns are >= 0, so min(0, last) is 0)
             prev, gained = None, progress
             iters = np.minimum(done, last)
         if self.decoupled_rows is not None:
+            assert self.verified is not None
             dec = self.decoupled_rows
             cols = np.arange(pos, done)
-            iters[dec] = ((self.tokens[dec, pos:done] > 0) & (cols < last[dec, None])).sum(axis=1)
+            iters[dec] = (self.verified[:, pos:done] & (cols < last[dec, None])).sum(axis=1)
         return progress, prev, gained, iters

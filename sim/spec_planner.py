@@ -24,7 +24,7 @@ from simctl.sim.worker_host import WorkerHost
 SPEC_BLOCK_CELLS = 1 << 19
 
 # Blocks up to this many cells take the direct formulas of `finish_columns` and
-# `capped_column_sums` (their faster forms pay off only on large blocks).
+# `capped_progress` (their faster forms pay off only on large blocks).
 SMALL_BLOCK_CELLS = 1 << 12
 
 # Per row: acceptance per verified level, draft depth, method index (-1 = plain decode),
@@ -32,13 +32,14 @@ SMALL_BLOCK_CELLS = 1 << 12
 SpecArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 _INT32 = np.iinfo(np.int32)
+_UINT16_MAX = int(np.iinfo(np.uint16).max)
 
 
 class _Block(NamedTuple):
     """A speculative block's outcomes laid out per iteration (see `SpecPlanner._layout`)."""
 
     x: np.ndarray  # tokens per row per iteration
-    cum: np.ndarray  # cumulative tokens per row
+    progress: np.ndarray  # tokens per row since the block began, capped at its dispatch end
     fin: np.ndarray  # column in which each row reaches its dispatch end (k: not in the block)
     order: np.ndarray  # rows by finish column
     fin_sorted: np.ndarray  # fin[order]: the finish columns, ascending
@@ -64,20 +65,32 @@ def finish_columns(cum: np.ndarray, remaining: np.ndarray) -> np.ndarray:
     return np.where(cum[:, -1] >= rem, fin, cum.shape[1]) if cum.shape[1] else fin
 
 
-def capped_column_sums(cum: np.ndarray, remaining: np.ndarray) -> np.ndarray:
-    """Per column, `min(cum, remaining)` summed over the rows, as int64 (tokens emitted so
-    far). The sum runs in int32 when it cannot overflow: it is at most `remaining.sum()`
-    (the int64 accumulation is several times slower on a block's cells).
+def capped_progress(cum: np.ndarray, remaining: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(progress, column sums): per cell `min(cum, remaining)` (a row's tokens since the
+    block began, capped at its dispatch end), and per column its sum over the rows, as
+    int64 (tokens emitted so far). The sum runs in int32 when it cannot overflow: it is at
+    most `remaining.sum()` (the int64 accumulation is several times slower on a block's
+    cells). The plan keeps `progress` until its block ends, every worker one, so it is held
+    in uint16 where every `remaining` fits (a third of `cum` and the tokens it replaces).
 
-    >>> capped_column_sums(np.array([[1, 3, 6], [2, 2, 2]], np.int32), np.array([3, 5]))
-    array([3, 5, 5])
+    >>> p, s = capped_progress(np.array([[1, 3, 6], [2, 2, 2]], np.int32), np.array([3, 5]))
+    >>> p, s
+    (array([[1, 3, 3],
+           [2, 2, 2]], dtype=uint16), array([3, 5, 5]))
     """
     if cum.size <= SMALL_BLOCK_CELLS:
-        return np.minimum(cum, remaining[:, None]).sum(axis=0, dtype=np.int64)
-    rem = _narrow(remaining, cum.dtype)[:, None]
-    if cum.dtype == np.int32 and int(remaining.sum()) < (1 << 31) - 1:
-        return np.minimum(cum, rem).sum(axis=0, dtype=np.int32).astype(np.int64)
-    return np.minimum(cum, rem).sum(axis=0, dtype=np.int64)
+        capped = np.minimum(cum, remaining[:, None])
+        sums = capped.sum(axis=0, dtype=np.int64)
+    else:
+        rem = _narrow(remaining, cum.dtype)[:, None]
+        capped = np.minimum(cum, rem)
+        if cum.dtype == np.int32 and int(remaining.sum()) < (1 << 31) - 1:
+            sums = capped.sum(axis=0, dtype=np.int32).astype(np.int64)
+        else:
+            sums = capped.sum(axis=0, dtype=np.int64)
+    if len(remaining) and int(remaining.min()) >= 0 and int(remaining.max()) <= _UINT16_MAX:
+        return capped.astype(np.uint16), sums
+    return capped, sums
 
 
 def _narrow(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -332,20 +345,23 @@ class SpecPlanner:
         fin, k = blk.fin, blk.k
         stops = block_stops(blk.fin_sorted, k)
         dec = (window > 0) if not uniform or window[0] else None
+        if dec is not None and not dec.any():
+            dec = None
         return Plan(
             ids,
             t.cumsum(),
             remaining,
-            blk.x,
             rows,
             gamma,
             int(blk.ctx[0]),
             # one depth: b copies of it sum exactly, so their mean is that depth
             float(gamma[0]) if uniform else float(gamma[rows].mean()),
             every_row_speculates=every_row,
-            cum=blk.cum,
+            progress=blk.progress,
             stops=stops,
-            decoupled_rows=dec if dec is not None and dec.any() else None,
+            decoupled_rows=dec,
+            # a decoupled row's iterations are those it verified in (it sits some out)
+            verified=None if dec is None else blk.x[dec] > 0,
             finish=fin,
             last=fin + 1,
             probe=draw.probe,
@@ -425,7 +441,8 @@ class SpecPlanner:
             x, cum = x[:, :k], cum[:, :k]
             fin = np.minimum(fin, k)
         # tokens emitted per iteration (a row's last iteration emits only what it had left)
-        colsum = capped_column_sums(cum, rem)
+        progress, colsum = capped_progress(cum, rem)
+        del cum  # (the plan keeps `progress`, a third of the bytes)
         emitted = colsum.copy()
         emitted[1:] -= colsum[:-1]
         before = colsum - emitted
@@ -440,9 +457,9 @@ class SpecPlanner:
         over = ctx + emitted > self.kv_capacity
         if over.any():
             k = max(1, int(np.argmax(over)))
-            x, cum, ctx, gone = x[:, :k], cum[:, :k], ctx[:k], gone[:k]
+            x, progress, ctx, gone = x[:, :k], progress[:, :k], ctx[:k], gone[:k]
             fin, fin_sorted = np.minimum(fin, k), np.minimum(fin_sorted, k)
-        return _Block(x, cum, fin, order, fin_sorted, gone, ctx, k)
+        return _Block(x, progress, fin, order, fin_sorted, gone, ctx, k)
 
     def _iteration_seconds(
         self, ids: np.ndarray, arrays: SpecArrays, blk: _Block, exact_slots: np.ndarray | None

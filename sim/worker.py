@@ -258,7 +258,7 @@ class Worker:
                 ctx = ctx0 + b * np.arange(k, dtype=np.float64)
                 t = np.asarray(cost.iteration_time(b, b, ctx), dtype=np.float64)
                 t[0] += prefill
-                plain = Plan(ids, np.cumsum(t), remaining, None, None, None, ctx0, 0.0)
+                plain = Plan(ids, np.cumsum(t), remaining, None, None, ctx0, 0.0)
                 return self._with_ticks(self._with_prefill(plain, prefill))
             return self._with_ticks(
                 self._with_prefill(self._plan_plain_finishes(ids, remaining, cap, prefill), prefill)
@@ -304,7 +304,7 @@ class Worker:
         stops = np.unique(np.minimum(rem[rem <= k], k))
         if not len(stops) or stops[-1] != k:
             stops = np.append(stops, k)
-        return Plan(ids, np.cumsum(t), remaining, None, None, None, int(ctx[0]), 0.0, stops=stops)
+        return Plan(ids, np.cumsum(t), remaining, None, None, int(ctx[0]), 0.0, stops=stops)
 
     # --------------------------------------------------------------------- applying
     def apply(self, plan: Plan, done: int, pos: int = 0, end_s: float | None = None) -> bool:
@@ -315,7 +315,7 @@ class Worker:
         st, host = self.host.state, self.host
         ids = plan.ids
         self.prefill_tokens = self.recompute_tokens = 0
-        if plan.tokens is None:
+        if plan.progress is None:  # plain decoding
             progress = np.minimum(done, plan.remaining)  # tokens since the plan started
             prev = np.minimum(pos, plan.remaining)
             gained = progress - prev

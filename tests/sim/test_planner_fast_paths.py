@@ -16,7 +16,7 @@ from simctl.sim.acceptance import tree_acceptance
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import CostModelError, RooflineCostModel, load_cost_model
 from simctl.sim.models import get_model
-from simctl.sim.spec_planner import SpecPlanner, _prefix_sums, capped_column_sums, finish_columns
+from simctl.sim.spec_planner import SpecPlanner, _prefix_sums, capped_progress, finish_columns
 from simctl.sim.state import PLAIN_GAMMA, StepState
 
 MODELS = ["Qwen2.5-7B", "Qwen2.5-32B", "Moonlight-16B-A3B", "Llama-3.1-8B"]
@@ -51,7 +51,8 @@ def test_layout_helpers_take_remaining_narrowed_to_int32(b: int, k: int, seed: i
     fin, want_fin = finish_columns(cum, rem32), np.count_nonzero(want_cum < remaining[:, None], axis=1)
     assert fin.dtype == want_fin.dtype
     np.testing.assert_array_equal(fin, want_fin)
-    sums = capped_column_sums(cum, rem32)
+    progress, sums = capped_progress(cum, rem32)
+    np.testing.assert_array_equal(progress, np.minimum(want_cum, remaining[:, None]))
     want = np.minimum(want_cum, remaining[:, None]).sum(axis=0, dtype=np.int64)
     assert sums.dtype == want.dtype
     np.testing.assert_array_equal(sums, want)
