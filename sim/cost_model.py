@@ -215,6 +215,8 @@ class _Pass:
     allreduces: int
     hidden: int
     overhead_s: float
+    # KV written per new token, in context-layer tokens: sliding-window layers write too
+    kv_write: float = 1.0
 
 
 def _kv_bytes_per_gpu(model: ModelSpec, tp: int, bytes_per_elem: int) -> float:
@@ -222,7 +224,7 @@ def _kv_bytes_per_gpu(model: ModelSpec, tp: int, bytes_per_elem: int) -> float:
     if model.mla_kv_dim:
         return float(model.kv_bytes_per_token(bytes_per_elem))
     heads_per_gpu = max(model.kv_heads / tp, 1.0)
-    return 2.0 * model.layers * heads_per_gpu * model.head_dim * bytes_per_elem
+    return 2.0 * model.context_layers * heads_per_gpu * model.head_dim * bytes_per_elem
 
 
 def _model_pass(
@@ -231,16 +233,17 @@ def _model_pass(
     bpp = (p.bytes_per_param if bytes_per_param is None else bytes_per_param) / tp
     return _Pass(
         dense_bytes=model.non_expert_param_count() * bpp,
-        expert_bytes=model.expert_params() * bpp,
+        expert_bytes=model.expert_params() * (model.expert_bytes_per_param / tp or bpp),
         moe_layers=model.moe_layers,
         num_experts=model.num_experts,
         top_k=model.experts_per_token,
         matmul_params=model.matmul_param_count(),
-        attn_coeff=model.attn_flops_per_token(1.0),
+        attn_coeff=model.attn_flops_per_context_token(),
         kv_bytes=_kv_bytes_per_gpu(model, tp, p.kv_bytes_per_elem),
         allreduces=2 * model.layers if tp > 1 else 0,
         hidden=model.hidden,
         overhead_s=overhead_s,
+        kv_write=model.layers / model.context_layers,
     )
 
 
@@ -257,7 +260,7 @@ def _scalar_pass_time(
     broadcast), without numpy's per-call cost on 0-d arrays."""
     prm, gpu, tp = m.params, m.gpu, m.tp
     weights = p.dense_bytes * weight_scale + 0.0
-    kv = (kv_read * prm.kv_read_eff + n) * p.kv_bytes
+    kv = (kv_read * prm.kv_read_eff + n * p.kv_write) * p.kv_bytes
     t_mem = (weights + kv) / (gpu.hbm_bw * prm.hbm_bw_eff)
     if m._fp8 and p is m._pass:
         t_compute = (2.0 * n * p.matmul_params / tp) / (m._matmul_flops * prm.compute_eff) + (
@@ -289,7 +292,7 @@ def _eagle_pass(model: ModelSpec, tp: int, p: RooflineParams) -> _Pass:
         num_experts=0,
         top_k=0,
         matmul_params=params,
-        attn_coeff=one_layer.attn_flops_per_token(1.0),
+        attn_coeff=one_layer.attn_flops_per_context_token(),
         kv_bytes=_kv_bytes_per_gpu(one_layer, tp, p.kv_bytes_per_elem),
         allreduces=2 if tp > 1 else 0,
         hidden=model.hidden,
@@ -329,6 +332,8 @@ class RooflineCostModel:
                 f"does not fit in {gpu_mem_util:.0%} of {gpu.name} ({gpu.hbm_bytes / 1e9:.0f} GB)"
             )
         self.kv_capacity_tokens = self._kv_capacity(free)
+        # what each running sequence holds in sliding-window layers, in those tokens
+        self.kv_window_tokens = model.window_kv_tokens()
         self._draft_models: dict[str, RooflineCostModel] = {}
         self._drafter_passes: dict[str, tuple[RooflineParams, _Pass, _Pass, float]] = {}
         self._affine_cache: dict[tuple[float, float], tuple[float, float, float, float, float]] = {}
@@ -367,7 +372,7 @@ class RooflineCostModel:
         kv_read = np.asarray(kv_read_tokens, dtype=np.float64)
         if prm.kv_read_eff != 1.0:  # (x * 1.0 is x)
             kv_read = kv_read * prm.kv_read_eff
-        kv = (kv_read + n) * p.kv_bytes
+        kv = (kv_read + n * p.kv_write) * p.kv_bytes
         t_mem = (weights + kv) / (gpu.hbm_bw * prm.hbm_bw_eff)
         if self._fp8 and p is self._pass:  # matmuls at the FP8 peak, attention at BF16
             t_compute = (2.0 * n * p.matmul_params / tp) / (self._matmul_flops * prm.compute_eff) + (
@@ -422,6 +427,8 @@ class RooflineCostModel:
     def iteration_time(
         self, num_seqs: ArrayLike, new_tokens: ArrayLike, context_tokens: ArrayLike
     ) -> np.ndarray:
+        if self.model.windowed:  # sliding layers read at most a window per sequence
+            context_tokens = self._attended(num_seqs, context_tokens)
         if type(context_tokens) in _SCALARS and type(num_seqs) in _SCALARS and type(new_tokens) in _SCALARS:
             # Policies ask one scalar at a time, often dozens per event: plain float
             # arithmetic is the same IEEE result at a tenth of numpy's per-call cost.
@@ -436,8 +443,34 @@ class RooflineCostModel:
         per_seq_ctx = ctx / np.maximum(np.asarray(num_seqs, dtype=np.float64), 1.0)
         return self._time(self._pass, num_seqs, new_tokens, ctx, per_seq_ctx)
 
+    def _attended(self, num_seqs: ArrayLike, context_tokens: ArrayLike) -> Any:
+        """`ModelSpec.attended_context` of a batch, elementwise (scalars stay floats)."""
+        m = self.model
+        ratio = m.window_layers / m.context_layers
+        if type(context_tokens) in _SCALARS and type(num_seqs) in _SCALARS:
+            c = _scalar(context_tokens)
+            return c + min(c, _scalar(num_seqs) * m.window) * ratio
+        ctx = np.asarray(context_tokens, dtype=np.float64)
+        return ctx + np.minimum(ctx, np.asarray(num_seqs, dtype=np.float64) * m.window) * ratio
+
+    def _prefill_attended(self, tokens: Any) -> Any:
+        """Keys a prompt's query attends to on average in the context layers' terms: t/2
+        (causal), plus in each sliding layer t/2 up to the window and W - W^2/(2t) past it."""
+        m = self.model
+        ratio = m.window_layers / m.context_layers
+        half = tokens / 2.0
+        if type(tokens) in _SCALARS:
+            past = m.window - m.window * m.window / (2.0 * max(tokens, 1.0))
+            return half + (half if tokens <= m.window else past) * ratio
+        t = np.asarray(tokens, dtype=np.float64)
+        past = m.window - m.window * m.window / (2.0 * np.maximum(t, 1.0))
+        return half + np.where(t <= m.window, half, past) * ratio
+
     def prefill_time(self, tokens: ArrayLike) -> np.ndarray:
         """One prompt of `tokens` tokens; causal attention sees tokens/2 keys on average."""
+        if self.model.windowed:
+            t = _scalar(tokens) if type(tokens) in _SCALARS else np.asarray(tokens, dtype=np.float64)
+            return self._time(self._pass, 1.0, t, 0.0, self._prefill_attended(t))
         if type(tokens) in _SCALARS and self._scalar_terms and not self._pass.moe_layers:
             # a worker's prefill pass before each plan that admitted requests: plain floats,
             # the same IEEE operations as the numpy form below
@@ -463,6 +496,9 @@ class RooflineCostModel:
         per_seq_ctx = ctx / np.maximum(b, 1.0)
         if drafter == "ngram":
             return b * (prm.ngram_s_per_seq + prm.ngram_s_per_context_token * per_seq_ctx) * (g > 0)
+        if drafter == "w4-self" and self.model.windowed:  # the target's own sliding layers
+            ctx = np.asarray(self._attended(b, ctx), dtype=np.float64)
+            per_seq_ctx = ctx / np.maximum(b, 1.0)
         if drafter in ("w4-self", "eagle"):
             p, scale = self._drafter_pass(drafter)
             if self._scalar_terms and not p.moe_layers and b.ndim == 0 and ctx.ndim == 0 and g.ndim == 0:
@@ -514,6 +550,8 @@ class RooflineCostModel:
 
     def breakdown(self, num_seqs: float, new_tokens: float, context_tokens: float) -> dict[str, float]:
         """Terms of one iteration, for reports and regime tests (memory- vs compute-bound)."""
+        if self.model.windowed:
+            context_tokens = float(self._attended(num_seqs, context_tokens))
         ctx_seq = context_tokens / max(num_seqs, 1.0)
         terms = self._terms(self._pass, num_seqs, new_tokens, context_tokens, ctx_seq)
         mem, compute, comm, over = (float(t) for t in terms)
@@ -558,7 +596,7 @@ class DPAttentionRoofline(RooflineCostModel):
         self._pass = dataclasses.replace(
             self._pass,
             dense_bytes=self._replicated_bytes + sharded / dp,
-            expert_bytes=model.expert_params() * bpp / dp,
+            expert_bytes=model.expert_params() * (model.expert_bytes_per_param or bpp) / dp,
             allreduces=0,
             overhead_s=params.iteration_overhead_s + params.tp_iteration_overhead_s,
         )
@@ -594,7 +632,8 @@ class DPAttentionRoofline(RooflineCostModel):
         weights = p.dense_bytes * weight_scale + np.zeros_like(n)
         touched = p.num_experts * -np.expm1(n * math.log1p(-p.top_k / p.num_experts))
         weights = weights + p.moe_layers * touched * p.expert_bytes * weight_scale
-        kv = share * (np.asarray(kv_read_tokens, dtype=np.float64) * prm.kv_read_eff + n) * p.kv_bytes
+        kv_read = np.asarray(kv_read_tokens, dtype=np.float64)
+        kv = share * (kv_read * prm.kv_read_eff + n * p.kv_write) * p.kv_bytes
         t_mem = (weights + kv) / (gpu.hbm_bw * prm.hbm_bw_eff)
         rank_n = share * n
         matmul = 2.0 * (p.matmul_params - self._attn_params) * n / self.dp + 2.0 * self._attn_params * rank_n

@@ -15,6 +15,7 @@ workers and view, never the reverse.
 from __future__ import annotations
 
 import inspect
+import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
@@ -112,13 +113,17 @@ class StepSimulation:
         self.drafter_clients: defaultdict[int, set[int]] = defaultdict(set)  # drafter -> verifier workers
         self.makespan = 0.0
         longest = int((state.prompt_len + state.target_len).max()) if state.n else 0
-        if longest > cost.kv_capacity_tokens:
+        # each running sequence's window of KV in sliding-window layers (sim.model_spec)
+        kv_window = math.ceil(getattr(cost, "kv_window_tokens", 0.0))
+        if longest + kv_window > cost.kv_capacity_tokens:
+            window = f" plus its sliding window's {kv_window}" if kv_window else ""
             raise SimError(
                 f"KV capacity {cost.kv_capacity_tokens} tokens per worker is smaller than the longest "
-                f"request context {longest} tokens (step {state.step}): use more GPUs per worker (tp)"
+                f"request context {longest} tokens{window} (step {state.step}): use more GPUs per "
+                "worker (tp)"
             )
         self.workers = [
-            Worker(self, w, node, gpus, cost.kv_capacity_tokens, seed, self.acceptance)
+            Worker(self, w, node, gpus, cost.kv_capacity_tokens, seed, self.acceptance, kv_window)
             for w, (node, gpus) in enumerate(layout)
         ]
         self.placement = Placement(len(self.workers), state.n_requests)

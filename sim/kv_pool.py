@@ -17,8 +17,9 @@ KV_BYTES_PER_ELEM = 2  # BF16 KV cache
 
 
 def kv_bytes(model: ModelSpec, tokens: float) -> float:
-    """Bytes of KV cache for `tokens` context tokens (all layers, unsharded)."""
-    return float(model.kv_bytes_per_token(KV_BYTES_PER_ELEM)) * tokens
+    """Bytes of KV cache for `tokens` context tokens (all layers, unsharded; sliding-window
+    layers hold at most their window)."""
+    return model.sequence_kv_bytes(tokens, KV_BYTES_PER_ELEM)
 
 
 def transfer_seconds(model: ModelSpec, cluster: ClusterSpec, tokens: float) -> float:

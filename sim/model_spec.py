@@ -16,6 +16,16 @@ parameter count and ``mla_kv_dim`` (kv_lora_rank + qk_rope_head_dim) is the cach
 latent per token per layer; ``head_dim`` is then that latent width, because absorbed
 MLA decode attends over the latent, which is what the attention FLOP term needs.
 
+Sliding-window attention (Gemma 2/3, gpt-oss): ``window_layers`` of the layers attend to
+the last ``window`` tokens only, and keep only those (vLLM's hybrid KV cache manager frees
+the blocks that leave the window: its docs/design/hybrid_kv_cache_manager.md). So the KV a
+sequence holds grows per context token with the other layers (``context_layers``) only,
+plus a window's worth in the sliding layers, which `window_kv_tokens` states in the same
+per-context-token unit. A model whose every layer slides is priced as full attention
+(its KV would not grow with the context at all; none of the catalogue's does).
+MXFP4 experts (gpt-oss): ``expert_bytes_per_param`` is the routed experts' weight bytes
+per parameter where the checkpoint stores them narrower than the rest (0: as the rest).
+
 The catalogue of named models is sim/models.py; a model from its ``config.json``,
 sim/model_config.py.
 """
@@ -47,6 +57,9 @@ class ModelSpec:
     mla_kv_dim: int = 0
     vision_params: int = 0
     shared_ffn: int = 0
+    window: int = 0
+    window_layers: int = 0
+    expert_bytes_per_param: float = 0.0
     hf_ids: tuple[str, ...] = ()
 
     def same_architecture(self, other: ModelSpec) -> bool:
@@ -111,18 +124,64 @@ class ModelSpec:
         gather = 0 if self.tie_embeddings else self.vocab * self.hidden
         return self.active_param_count() - gather
 
+    def routed_expert_param_count(self) -> int:
+        """Parameters of every routed expert (what `expert_bytes_per_param` applies to)."""
+        return self.param_count() - self.vision_params - self.non_expert_param_count()
+
     def weight_bytes(self, bytes_per_param: float = 2.0) -> float:
-        return self.param_count() * bytes_per_param
+        """Stored weights at `bytes_per_param`, routed experts at their own width if set."""
+        if not self.expert_bytes_per_param:
+            return self.param_count() * bytes_per_param
+        experts = self.routed_expert_param_count()
+        return (self.param_count() - experts) * bytes_per_param + experts * self.expert_bytes_per_param
+
+    @property
+    def windowed(self) -> bool:
+        """Some layers (not all) attend within a sliding window (module docstring)."""
+        return self.window > 0 and 0 < self.window_layers < self.layers
+
+    @property
+    def context_layers(self) -> int:
+        """Layers whose KV grows with every context token."""
+        return self.layers - self.window_layers if self.windowed else self.layers
+
+    def window_kv_tokens(self) -> float:
+        """A full window's KV in the sliding layers, in context tokens of the other layers
+        (their per-token KV): what each running sequence holds besides its context."""
+        return self.window * self.window_layers / self.context_layers if self.windowed else 0.0
 
     def kv_bytes_per_token(self, bytes_per_elem: int = 2) -> int:
-        """KV-cache bytes per token: K and V per KV head per layer, or the MLA latent."""
+        """KV-cache bytes per context token: K and V per KV head per layer, or the MLA
+        latent (sliding-window layers hold a window instead: `window_kv_tokens`)."""
         if self.mla_kv_dim:
             return self.layers * self.mla_kv_dim * bytes_per_elem
-        return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_elem
+        return 2 * self.context_layers * self.kv_heads * self.head_dim * bytes_per_elem
+
+    def sequence_kv_bytes(self, tokens: float, bytes_per_elem: int = 2) -> float:
+        """KV bytes one sequence of `tokens` context holds (its sliding layers: at most a window)."""
+        per_token = float(self.kv_bytes_per_token(bytes_per_elem))
+        if not self.windowed:
+            return per_token * tokens
+        return per_token * (tokens + min(tokens, self.window) * self.window_layers / self.context_layers)
+
+    def attended_context(self, context: float, sequences: float = 1.0) -> float:
+        """`context` tokens over `sequences` sequences as the context-layer tokens that cost
+        the same attention reads: each sliding layer reads at most a window per sequence
+        (the batch's context taken as evenly spread: exact once every sequence is past
+        the window). Without a window, `context` itself."""
+        if not self.windowed:
+            return context
+        return context + min(context, sequences * self.window) * self.window_layers / self.context_layers
+
+    def attn_flops_per_context_token(self) -> float:
+        """Attention FLOPs of one query token per attended context-layer token (see
+        `attended_context`): QK^T and AV, 2 matmuls x 2 FLOPs, in the context layers."""
+        return 4.0 * self.context_layers * self.heads * self.head_dim
 
     def attn_flops_per_token(self, context: float) -> float:
-        """QK^T and AV for one query token over `context` cached tokens (2 matmuls x 2 FLOPs)."""
-        return 4.0 * self.layers * self.heads * self.head_dim * context
+        """Attention FLOPs of one query token over `context` cached tokens, every layer (a
+        sliding layer attends to at most its window)."""
+        return self.attn_flops_per_context_token() * self.attended_context(context)
 
     def flops_per_token(self, context: float = 0.0) -> float:
         """Forward FLOPs for one token: 2 per matmul weight plus attention over `context`."""

@@ -256,6 +256,93 @@ LLAMA33_70B = _configured(
 )
 R1_DISTILL_LLAMA_70B = _distill(LLAMA33_70B, "Llama-70B")
 
+# GLM-4.5 (355B / 32B active) and GLM-4.5-Air (106B / 12B), zai-org/GLM-4.5 README.md's
+# totals. No unmodified copy of zai-org's config.json was reachable; these fields agree in
+# every copy read: PrimeIntellect/INTELLECT-3-Base's config.json (GLM-4.5-Air-Base plus an
+# auto_map), NVIDIA-NeMo/Megatron-Bridge @ 6b3e2a7 docs/models/llm/glm45.md, and
+# zai-org/GLM-4.7's config.json (the 92-layer layout, refs/pr/49). The multi-token
+# prediction layer is outside num_hidden_layers and not counted.
+_GLM45 = {
+    "model_type": "glm4_moe",
+    "num_attention_heads": 96,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "vocab_size": 151552,
+    "tie_word_embeddings": False,
+}
+GLM45 = _configured(
+    "GLM-4.5",
+    ("zai-org/GLM-4.5", "zai-org/GLM-4.5-Base"),
+    **_GLM45,
+    num_hidden_layers=92,
+    hidden_size=5120,
+    intermediate_size=12288,
+    moe_intermediate_size=1536,
+    n_routed_experts=160,
+    first_k_dense_replace=3,
+)
+GLM45_AIR = _configured(
+    "GLM-4.5-Air",
+    ("zai-org/GLM-4.5-Air", "zai-org/GLM-4.5-Air-Base"),
+    **_GLM45,
+    num_hidden_layers=46,
+    hidden_size=4096,
+    intermediate_size=10944,
+    moe_intermediate_size=1408,
+    n_routed_experts=128,
+    first_k_dense_replace=1,
+)
+# MiniMax-M2 (230B / 10B active: transformers' docs/source/en/model_doc/minimax_m2.md):
+# huggingface.co/MiniMaxAI/MiniMax-M2 config.json @ fbd8a14, as ai-dynamo/aiconfigurator @
+# 095f58a copies M2.5's: every layer MoE, no shared expert, no sliding window.
+MINIMAX_M2 = _configured(
+    "MiniMax-M2",
+    ("MiniMaxAI/MiniMax-M2",),
+    model_type="minimax_m2",
+    num_hidden_layers=62,
+    hidden_size=3072,
+    num_attention_heads=48,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=1536,
+    num_local_experts=256,
+    num_experts_per_tok=8,
+    shared_intermediate_size=0,
+    vocab_size=200064,
+    tie_word_embeddings=False,
+)
+
+
+def _gpt_oss(size: str, layers: int, experts: int) -> ModelSpec:
+    """gpt-oss (openai/gpt-oss README @ 0492bd3: 21B / 3.6B and 117B / 5.1B active, those
+    excluding the input embedding): ai-dynamo/aiconfigurator @ 095f58a's verbatim copies of
+    the config.json. Layers alternate a 128-token sliding window and full attention; the
+    experts are MXFP4, everything else BF16."""
+    return _configured(
+        f"gpt-oss-{size}",
+        (f"openai/gpt-oss-{size}",),
+        model_type="gpt_oss",
+        num_hidden_layers=layers,
+        hidden_size=2880,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=64,
+        intermediate_size=2880,
+        num_local_experts=experts,
+        num_experts_per_tok=4,
+        vocab_size=201088,
+        tie_word_embeddings=False,
+        sliding_window=128,
+        layer_types=["sliding_attention", "full_attention"] * (layers // 2),
+        quantization_config={"quant_method": "mxfp4"},
+    )
+
+
+GPT_OSS_20B = _gpt_oss("20b", 24, 32)
+GPT_OSS_120B = _gpt_oss("120b", 36, 128)
+
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
@@ -286,6 +373,11 @@ MODELS: dict[str, ModelSpec] = {
         R1_DISTILL_LLAMA_8B,
         LLAMA33_70B,
         R1_DISTILL_LLAMA_70B,
+        GLM45,
+        GLM45_AIR,
+        MINIMAX_M2,
+        GPT_OSS_20B,
+        GPT_OSS_120B,
     )
 }
 

@@ -259,10 +259,16 @@ def constant_rows(spec: SpecConfig, method_idx: int, b: int) -> tuple[np.ndarray
 
 class SpecPlanner:
     def __init__(
-        self, host: WorkerHost, kv_capacity: int, rng: np.random.Generator, acceptance: AcceptanceSource
+        self,
+        host: WorkerHost,
+        kv_capacity: int,
+        rng: np.random.Generator,
+        acceptance: AcceptanceSource,
+        kv_window: int = 0,
     ) -> None:
         self.host = host
         self.kv_capacity = kv_capacity
+        self.kv_window = kv_window  # each running row's sliding-window KV (Worker.kv_window)
         self.rng = rng
         self.acceptance = acceptance
         self.spec: SpecConfig = SPEC_OFF
@@ -455,6 +461,8 @@ class SpecPlanner:
         if gone[-1]:  # else nobody leaves within the block: nothing to take off (x - 0.0 == x)
             ctx -= _prefix_sums((ctx_r + remaining).take(order)).take(gone)
         over = ctx + emitted > self.kv_capacity
+        if self.kv_window:  # and each row still running holds its window
+            over = ctx + emitted + (len(ids) - gone) * self.kv_window > self.kv_capacity
         if over.any():
             k = max(1, int(np.argmax(over)))
             x, progress, ctx, gone = x[:, :k], progress[:, :k], ctx[:k], gone[:k]
@@ -635,7 +643,7 @@ class SpecPlanner:
                 share = ctx * (n / np.maximum(b, 1.0))
                 g = int(gamma[sel].max())
                 if dec:
-                    clients, gpus = host.drafter_load(self._drafter_worker(ids[sel]))
+                    clients, gpus = host.drafter_load(_drafter_worker(st, self.spec, ids[sel]))
                     per_gpu = np.maximum(1.0, n * max(1, clients) / gpus)
                     t = cost.draft_time(drafter, per_gpu, share * per_gpu / np.maximum(n, 1.0), g)
                     decoupled = np.maximum(decoupled, np.where(live, t, 0.0))
@@ -646,10 +654,11 @@ class SpecPlanner:
                     coupled = coupled + np.where(live, t, 0.0)
         return coupled, decoupled
 
-    def _drafter_worker(self, rows: np.ndarray) -> int:
-        st = self.host.state
-        for r in rows[:1].tolist():
-            if st.req_window[r] > 0 and st.spec[r].drafter_worker is not None:
-                return int(st.spec[r].drafter_worker)
-        assert self.spec.drafter_worker is not None
-        return int(self.spec.drafter_worker)
+
+def _drafter_worker(st: StepState, spec: SpecConfig, rows: np.ndarray) -> int:
+    """The drafter worker of decoupled `rows`: the first row's own, else the worker's."""
+    for r in rows[:1].tolist():
+        if st.req_window[r] > 0 and st.spec[r].drafter_worker is not None:
+            return int(st.spec[r].drafter_worker)
+    assert spec.drafter_worker is not None
+    return int(spec.drafter_worker)

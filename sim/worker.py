@@ -68,19 +68,23 @@ class Worker:
         kv_capacity: int,
         seed: int,
         acceptance: AcceptanceSource,
+        kv_window: int = 0,
     ) -> None:
         self.host = host
         self.id = wid
         self.node = node
         self.gpus = gpus
         self.kv_capacity = kv_capacity
+        # KV tokens each running sequence holds besides its context: its window in the
+        # sliding-window layers (ModelSpec.window_kv_tokens); 0 for most models
+        self.kv_window = kv_window
         self.running = np.empty(0, np.int64)
         self._waiting: list[tuple[float, int, int]] = []  # (-priority, seq, request)
         self._seq = 0
         self.waiting_count = 0
         self.role = Role.ROLLOUT
         rng = np.random.default_rng([seed, host.state.step, wid])
-        self.planner = SpecPlanner(host, kv_capacity, rng, acceptance)
+        self.planner = SpecPlanner(host, kv_capacity, rng, acceptance, kv_window)
         self._acceptance = acceptance
         # exact grouped drafting sees the siblings' tokens when a worker plans (Seer's
         # periodic fetch), so its blocks end at each tick
@@ -168,6 +172,10 @@ class Worker:
     def kv_used(self) -> int:
         return int(self.host.state.context(self.running).sum()) if len(self.running) else 0
 
+    def kv_held(self) -> int:
+        """KV tokens the running sequences hold: their context, plus their windows."""
+        return self.kv_used() + self.kv_window * len(self.running)
+
     def poke(self) -> None:
         """Make the worker re-plan at its next iteration boundary (after an action)."""
         if self._phase == _IDLE:
@@ -186,7 +194,7 @@ class Worker:
         if not self._waiting or len(self.running) >= cfg.max_num_seqs:
             return
         limit = int(self.kv_capacity * (1.0 - cfg.kv_watermark))
-        used = self.kv_used()
+        used = self.kv_held()
         added: list[int] = []
         while self._waiting and len(self.running) + len(added) < cfg.max_num_seqs:
             _, _, rid = self._waiting[0]
@@ -194,14 +202,14 @@ class Worker:
                 heapq.heappop(self._waiting)  # stale entry (migrated/deferred)
                 continue
             need = int(st.prompt_len[rid] + st.generated[rid])
-            if used + need > limit and (len(self.running) or added):
+            if used + need + self.kv_window > limit and (len(self.running) or added):
                 break  # head-of-line blocking, as vLLM's FCFS/priority queue
             heapq.heappop(self._waiting)
             self.waiting_count -= 1
             self._count_prefill(rid, need)
             st.kv_resident[rid] = need
             st.state[rid] = RUNNING
-            used += need
+            used += need + self.kv_window
             added.append(rid)
         if added:
             self.running = np.concatenate([self.running, np.asarray(added, np.int64)])
@@ -224,9 +232,9 @@ class Worker:
     def _preempt_for_room(self) -> None:
         """Recompute-preempt the latest admitted requests until one iteration fits."""
         st = self.host.state
-        if len(self.running) <= 1 or self.kv_used() + len(self.running) <= self.kv_capacity:
+        if len(self.running) <= 1 or self.kv_held() + len(self.running) <= self.kv_capacity:
             return
-        while len(self.running) > 1 and self.kv_used() + len(self.running) > self.kv_capacity:
+        while len(self.running) > 1 and self.kv_held() + len(self.running) > self.kv_capacity:
             rid = int(self.running[-1])
             self.running = self.running[:-1]
             st.kv_resident[rid] = 0
@@ -253,7 +261,7 @@ class Worker:
         if arrays is None or not arrays[1].any():
             if first_finish:
                 ctx0 = int(st.context(ids).sum())
-                room = (self.kv_capacity - ctx0) // b
+                room = (self.kv_capacity - ctx0 - self.kv_window * b) // b
                 k = int(max(1, min(int(remaining.min()), cap, room)))
                 ctx = ctx0 + b * np.arange(k, dtype=np.float64)
                 t = np.asarray(cost.iteration_time(b, b, ctx), dtype=np.float64)
@@ -293,7 +301,7 @@ class Worker:
         batch = len(ids) - gone
         ctx_gone = np.concatenate([[0.0], np.cumsum(ctx_sorted)])[gone]
         ctx = (ctx_sorted.sum() - ctx_gone) + batch * i
-        over = ctx + batch > self.kv_capacity
+        over = ctx + batch * (1 + self.kv_window) > self.kv_capacity
         if over.any():
             k = max(1, int(np.argmax(over)))
             batch, ctx = batch[:k], ctx[:k]

@@ -43,5 +43,14 @@ def models_cmd(model: str | None) -> None:
         click.echo(f"  {ffn}, {m.moe_layers} expert layers, {m.dense_layers} dense of FFN {m.ffn}")
     else:
         click.echo(f"  FFN {m.ffn}")
+    if m.windowed:
+        click.echo(
+            f"  sliding window {m.window} tokens on {m.window_layers} of {m.layers} layers "
+            f"(KV/token counts the other {m.context_layers}; each sequence adds "
+            f"{m.window_kv_tokens():.0f} tokens' worth for its windows)"
+        )
     click.echo(f"  vocab {m.vocab}, embeddings {'tied' if m.tie_embeddings else 'untied'}")
-    click.echo(f"  weights {m.weight_bytes() / 2**30:.1f} GiB in bf16")
+    experts = (
+        f" (routed experts at {m.expert_bytes_per_param * 8:g} bits)" if m.expert_bytes_per_param else ""
+    )
+    click.echo(f"  weights {m.weight_bytes() / 2**30:.1f} GiB in bf16{experts}")
