@@ -34,7 +34,7 @@ import simpy
 from simctl.policies.contract import Role, SpecConfig, Tick, WorkerIdle
 from simctl.sim.acceptance_source import AcceptanceSource
 from simctl.sim.plan import Plan
-from simctl.sim.spec_planner import SpecPlanner
+from simctl.sim.spec_planner import SpecPlanner, _prefix_sums
 from simctl.sim.state import CANCELLED, FINISHED, RUNNING, WAITING
 from simctl.sim.tick_cadence import TickCadence
 from simctl.sim.worker_host import WorkerHost
@@ -293,26 +293,22 @@ class Worker:
         finishes (up to the block cap, a tick or a full KV cache) is one vectorised plan."""
         st, cost = self.host.state, self.host.cost
         order = np.argsort(remaining, kind="stable")
-        rem = remaining[order]
-        ctx_sorted = st.context(ids)[order].astype(np.float64)
+        rem = remaining.take(order)
+        ctx_sorted = st.context(ids).take(order).astype(np.float64)
         k = int(min(int(rem[-1]), cap, max(self._horizon, int(rem[0]))))
         i = np.arange(k)
-        gone = np.searchsorted(rem, i, side="right")  # requests finished before iteration i
+        gone = rem.searchsorted(i, side="right")  # requests finished before iteration i
         batch = len(ids) - gone
-        ctx_gone = np.concatenate([[0.0], np.cumsum(ctx_sorted)])[gone]
-        ctx = (ctx_sorted.sum() - ctx_gone) + batch * i
-        over = ctx + batch * (1 + self.kv_window) > self.kv_capacity
+        ctx = (ctx_sorted.sum() - _prefix_sums(ctx_sorted).take(gone)) + batch * i
+        held = batch * (1 + self.kv_window) if self.kv_window else batch  # (+ their windows)
+        over = ctx + held > self.kv_capacity
         if over.any():
             k = max(1, int(np.argmax(over)))
             batch, ctx = batch[:k], ctx[:k]
-        t = np.asarray(
-            cost.iteration_time(batch.astype(np.float64), batch.astype(np.float64), ctx), np.float64
-        )
+        seqs = batch.astype(np.float64)  # (a plain iteration's new tokens: one per sequence)
+        t = np.asarray(cost.iteration_time(seqs, seqs, ctx), np.float64)
         t[0] += prefill
-        stops = np.unique(np.minimum(rem[rem <= k], k))
-        if not len(stops) or stops[-1] != k:
-            stops = np.append(stops, k)
-        return Plan(ids, np.cumsum(t), remaining, None, None, int(ctx[0]), 0.0, stops=stops)
+        return Plan(ids, np.cumsum(t), remaining, None, None, int(ctx[0]), 0.0, stops=_sorted_stops(rem, k))
 
     # --------------------------------------------------------------------- applying
     def apply(self, plan: Plan, done: int, pos: int = 0, end_s: float | None = None) -> bool:
@@ -452,3 +448,22 @@ class Worker:
             if self.ticks.rearmed:  # the policy came to want this worker's Ticks
                 stops, i = self.ticks.rearm(done, plan.iterations, stops[i:]), 0
         return pos
+
+
+def _sorted_stops(rem: np.ndarray, k: int) -> np.ndarray:
+    """`np.unique(np.minimum(rem[rem <= k], k))` with `k` appended if not last: the
+    iterations after which a plain block's rows end, from `rem` already sorted (np.unique
+    would sort it again).
+
+    >>> _sorted_stops(np.array([2, 2, 5, 9]), 6)
+    array([2, 5, 6])
+    """
+    head = rem[: int(rem.searchsorted(k, side="right"))]
+    if len(head):
+        keep = np.empty(len(head), np.bool_)
+        keep[0] = True
+        np.not_equal(head[1:], head[:-1], out=keep[1:])
+        head = head[keep]
+        if head[-1] == k:
+            return head
+    return np.append(head, k)

@@ -194,3 +194,19 @@ def test_request_arrays_equal_their_reference(seed: int, worker: str) -> None:
     for a, b in zip(got, _request_arrays_reference(planner, ids), strict=True):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 60), min_size=1, max_size=40), st.integers(1, 70))
+def test_plain_block_stops_equal_unique_of_the_finishes(remaining: list[int], k: int) -> None:
+    """`_sorted_stops` (sim/worker.py) is np.unique of the finishes within the block plus
+    the block's end, as the plain planner computed it before."""
+    from simctl.sim.worker import _sorted_stops
+
+    rem = np.sort(np.asarray(remaining, np.int64))
+    want = np.unique(np.minimum(rem[rem <= k], k))
+    if not len(want) or want[-1] != k:
+        want = np.append(want, k)
+    got = _sorted_stops(rem, k)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
