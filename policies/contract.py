@@ -298,6 +298,10 @@ class WorkerView:
     kv_capacity_tokens: int
     spec: SpecConfig
     alive: bool = True  # False once the worker was lost (WorkerLost); it takes no work
+    # KV tokens each running sequence holds besides its context: its window in the model's
+    # sliding-window layers (gpt-oss, Gemma 2/3), counted against kv_capacity_tokens; 0
+    # for most models
+    kv_window_tokens: int = 0
 
 
 @dataclass(frozen=True)

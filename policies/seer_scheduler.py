@@ -117,6 +117,7 @@ class SeerScheduler(Policy):
         self._uniform = False
         self._free: list[tuple[float, int, WorkerId, int]] = []
         self._idle: set[WorkerId] = set()
+        self._window = 0
 
     # ------------------------------------------------------------------------ events
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
@@ -137,6 +138,8 @@ class SeerScheduler(Policy):
         self._generated = {}
         self._loads = [WorkerLoad() for _ in range(view.num_workers)]
         self._caps = [view.worker(w).kv_capacity_tokens for w in range(view.num_workers)]
+        # what each sequence holds besides its context (sliding-window layers): reserved too
+        self._window = view.worker(0).kv_window_tokens if view.num_workers else 0
         self._uniform = len(set(self._caps)) == 1
         self._free = [(0.0, 0, w, 0) for w in range(view.num_workers)] if self.max_seqs > 0 else []
         self._idle = set(range(view.num_workers))
@@ -231,7 +234,7 @@ class SeerScheduler(Policy):
             rid, priority = nxt
             req = view.request(rid)
             assert req.state == "unassigned", f"buffer holds request {rid} in state {req.state}"
-            ctx = req.prompt_len + req.generated
+            ctx = req.prompt_len + req.generated + self._window
             full = min(self.chunk_tokens, req.max_tokens - req.generated)
             worker = self._select_worker(ctx + min(full, self.min_chunk_tokens))
             if worker is None:

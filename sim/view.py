@@ -101,6 +101,7 @@ class SimView:
             kv_capacity_tokens=w.kv_capacity,
             spec=w.spec,
             alive=not w.lost,
+            kv_window_tokens=w.kv_window,
         )
 
     def request(self, request: int) -> RequestView:

@@ -242,3 +242,31 @@ def test_each_running_sequence_holds_its_window_of_kv() -> None:
     too_long.kv_window_tokens = 2_000.0  # type: ignore[attr-defined]
     with pytest.raises(SimError, match="sliding window"):
         run_one(trace, cluster="h100x8", cost=too_long)
+
+
+def test_seers_scheduler_reserves_each_sequences_window_so_nothing_is_preempted() -> None:
+    """Seer dispatches a chunk only where its KV fits (§4.2: no preemption). A worker of
+    12,000 tokens, requests of 128 + 3,000 tokens, each holding a 2,000-token window: told
+    the window (WorkerView.kv_window_tokens), the scheduler runs two at a time and nothing
+    is preempted; blind to it, it sends four and the worker preempts."""
+    import dataclasses
+    from unittest import mock
+
+    import pandas as pd
+
+    from simctl.sim import view as sim_view
+
+    trace = make_trace(make_frame(np.full(8, 3000), group_size=8, prompt_len=128))
+    cost = LinearCost(kv_capacity_tokens=12_000)
+    cost.kv_window_tokens = 2_000.0  # type: ignore[attr-defined]
+    aware = run_one(trace, "seer-divided", cluster="h100x1", cost=cost)
+    worker = sim_view.SimView.worker
+
+    def blind(self, w):  # the view as before WorkerView had the window
+        return dataclasses.replace(worker(self, w), kv_window_tokens=0)
+
+    with mock.patch.object(sim_view.SimView, "worker", blind):
+        unaware = run_one(trace, "seer-divided", cluster="h100x1", cost=cost)
+    assert int(pd.concat(aware.requests)["preemptions"].sum()) == 0
+    assert int(aware.timeline[0]["batch"].max()) == 2
+    assert int(pd.concat(unaware.requests)["preemptions"].sum()) > 0
