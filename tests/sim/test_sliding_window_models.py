@@ -22,22 +22,13 @@ from simctl.sim.engine import SimError
 from simctl.sim.model_config import MXFP4_BYTES_PER_PARAM, ModelConfigError, essentials, model_from_config
 from simctl.sim.models import get_model
 from tests.factories import LinearCost, make_frame, make_trace, run_one
+from tests.sim.test_model_config import CATALOGUE_CONFIGS
 
-GPT_OSS_20B: dict[str, Any] = {  # ai-dynamo/aiconfigurator @ 095f58a's copy of the config.json
-    "model_type": "gpt_oss",
-    "num_hidden_layers": 24,
-    "hidden_size": 2880,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "head_dim": 64,
-    "intermediate_size": 2880,
-    "num_local_experts": 32,
-    "num_experts_per_tok": 4,
+# the catalogue entry's config (ai-dynamo/aiconfigurator @ 095f58a's copy), with the fields
+# the reader leaves aside and the whole quantization_config, as the file has them
+GPT_OSS_20B: dict[str, Any] = {
+    **CATALOGUE_CONFIGS["gpt-oss-20b"],
     "experts_per_token": 4,
-    "vocab_size": 201088,
-    "tie_word_embeddings": False,
-    "sliding_window": 128,
-    "layer_types": ["sliding_attention", "full_attention"] * 12,
     "attention_bias": True,
     "quantization_config": {
         "quant_method": "mxfp4",
@@ -140,17 +131,8 @@ def test_which_layers_slide(config: dict[str, Any], sliding: int) -> None:
     assert model_from_config(config, "m").window_layers == sliding
 
 
-QWEN: dict[str, Any] = {
-    "model_type": "qwen2",
-    "num_hidden_layers": 28,
-    "hidden_size": 3584,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "intermediate_size": 18944,
-    "vocab_size": 152064,
-    "sliding_window": 131072,
-    "max_window_layers": 28,
-}
+# Qwen2.5-7B's config with the window fields every Qwen config carries
+QWEN: dict[str, Any] = {**CATALOGUE_CONFIGS["Qwen2.5-7B"], "sliding_window": 131072, "max_window_layers": 28}
 
 
 def test_a_sliding_window_field_alone_does_not_make_a_window() -> None:
