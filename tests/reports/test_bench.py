@@ -196,3 +196,21 @@ def test_published_crosscheck_matches_the_documented_ranges():
         "| lmdeploy TurboMind v0.1 | A100 | 0.79-1.13 | 0.80-1.01 | 0.66-0.73 | 43 us |",
     ):
         assert line in doc, line
+
+
+def test_moe_speculation_prices():
+    """bench/moe_speculation.py prices TLT's strategy for each batch (its bandit's group) and
+    finds a sparse target's break-even acceptance length far above a dense one's."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import moe_speculation
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert moe_speculation.tlt_strategy(4) == (8, 48)  # Table 4: 48 tokens at batch 2-4
+    assert moe_speculation.tlt_strategy(16) == (4, 16)  # 16 from batch 8 on
+
+    def break_even(model: str) -> float:
+        line = moe_speculation.prices(model, "h100x64:tp4")[0]
+        return float(line.split("breaks even at ")[1].split()[0])
+
+    assert break_even("gpt-oss-120b") > 2 * break_even("Qwen2.5-32B") > 4

@@ -118,6 +118,25 @@ def test_moe_reads_only_touched_experts() -> None:
     assert decode(MOE_H100_TP8, 1) < decode(MOE_H100_TP8, 64) < decode(MOE_H100_TP8, 256)
 
 
+def test_moe_verification_costs_most_at_small_batch_unlike_dense() -> None:
+    """Verifying gamma + 1 tokens per sequence routes them to more experts than decode's one
+    token, so at small batch a sparse MoE pays for reading far more expert weights; from
+    medium batch decode touches nearly every expert already and verification is nearly
+    free again, before compute binds (the non-monotonic shape of MoESD, arXiv:2505.19645).
+    A dense model reads the same weights either way: its ratio only grows with the batch.
+    (docs/calibration.md, "Speculation on MoE models")"""
+    sparse = RooflineCostModel(get_model("gpt-oss-120b"), get_gpu("h100"), 4)
+
+    def ratio(cm: RooflineCostModel, b: int) -> float:
+        return verify(cm, b, 3) / decode(cm, b)
+
+    assert ratio(sparse, 4) > 1.5 > 1.05 > ratio(Q32_H100_TP4, 4)
+    assert ratio(sparse, 4) > ratio(sparse, 32) > ratio(sparse, 128)
+    assert ratio(sparse, 128) < ratio(Q32_H100_TP4, 128)  # medium batch: MoE gains more
+    dense = [ratio(Q32_H100_TP4, b) for b in (1, 4, 32, 128, 512)]
+    assert dense == sorted(dense)
+
+
 # --------------------------------------------------------------------------- drafters
 def test_drafter_costs() -> None:
     cm = Q7_A100_TP1
