@@ -446,18 +446,16 @@ class RooflineCostModel:
     def _attended(self, num_seqs: ArrayLike, context_tokens: ArrayLike) -> Any:
         """`ModelSpec.attended_context` of a batch, elementwise (scalars stay floats)."""
         m = self.model
-        ratio = m.window_layers / m.context_layers
         if type(context_tokens) in _SCALARS and type(num_seqs) in _SCALARS:
-            c = _scalar(context_tokens)
-            return c + min(c, _scalar(num_seqs) * m.window) * ratio
+            return m.attended_context(_scalar(context_tokens), _scalar(num_seqs))
         ctx = np.asarray(context_tokens, dtype=np.float64)
-        return ctx + np.minimum(ctx, np.asarray(num_seqs, dtype=np.float64) * m.window) * ratio
+        return ctx + np.minimum(ctx, np.asarray(num_seqs, dtype=np.float64) * m.window) * m.window_share
 
     def _prefill_attended(self, tokens: Any) -> Any:
         """Keys a prompt's query attends to on average in the context layers' terms: t/2
         (causal), plus in each sliding layer t/2 up to the window and W - W^2/(2t) past it."""
         m = self.model
-        ratio = m.window_layers / m.context_layers
+        ratio = m.window_share
         half = tokens / 2.0
         if type(tokens) in _SCALARS:
             past = m.window - m.window * m.window / (2.0 * max(tokens, 1.0))

@@ -148,7 +148,7 @@ class ModelSpec:
     def window_kv_tokens(self) -> float:
         """A full window's KV in the sliding layers, in context tokens of the other layers
         (their per-token KV): what each running sequence holds besides its context."""
-        return self.window * self.window_layers / self.context_layers if self.windowed else 0.0
+        return self.window * self.window_share
 
     def kv_bytes_per_token(self, bytes_per_elem: int = 2) -> int:
         """KV-cache bytes per context token: K and V per KV head per layer, or the MLA
@@ -162,7 +162,7 @@ class ModelSpec:
         per_token = float(self.kv_bytes_per_token(bytes_per_elem))
         if not self.windowed:
             return per_token * tokens
-        return per_token * (tokens + min(tokens, self.window) * self.window_layers / self.context_layers)
+        return per_token * (tokens + min(tokens, self.window) * self.window_share)
 
     def attended_context(self, context: float, sequences: float = 1.0) -> float:
         """`context` tokens over `sequences` sequences as the context-layer tokens that cost
@@ -171,7 +171,13 @@ class ModelSpec:
         the window). Without a window, `context` itself."""
         if not self.windowed:
             return context
-        return context + min(context, sequences * self.window) * self.window_layers / self.context_layers
+        return context + min(context, sequences * self.window) * self.window_share
+
+    @property
+    def window_share(self) -> float:
+        """Sliding layers per context layer (0 without a window): what a token attended in
+        every sliding layer costs in context-layer tokens."""
+        return self.window_layers / self.context_layers if self.windowed else 0.0
 
     def attn_flops_per_context_token(self) -> float:
         """Attention FLOPs of one query token per attended context-layer token (see
