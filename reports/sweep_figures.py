@@ -19,8 +19,9 @@ import pandas as pd
 from simctl.reports.style import legend, save, series_styles, subplots
 
 PARAM_PREFIX = "param_"
-CONFIG = ["trace", "steps", "cluster", "gpus", "policy", "policy_spec"]
-GROUP = ["trace", "steps", "cluster"]
+CONFIG = ["trace", "steps", "cluster", "gpus", "model", "policy", "policy_spec"]
+# what a makespan is compared within: the same requests on the same cluster and target
+GROUP = ["trace", "steps", "cluster", "model"]
 PARAM_METRICS = {
     "makespan_s": "rollout makespan (s)",
     "throughput_tok_s": "throughput (tok/s)",
@@ -47,7 +48,7 @@ def configs(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_points(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (trace, steps, cluster): the configuration of least median makespan."""
+    """Per (trace, steps, cluster, model): the configuration of least median makespan."""
     cfg = configs(table)
     idx = cfg.groupby(GROUP, sort=False)["makespan_s"].idxmin()
     best = cfg.loc[idx.to_numpy()].reset_index(drop=True)
@@ -142,7 +143,8 @@ def _label(key: list[str], values: object) -> str:
 
 
 def best_figure(table: pd.DataFrame, path: Path) -> SweepFigure:
-    """Per (trace, steps, cluster): each policy's best configuration, the best one marked."""
+    """Per (trace, steps, cluster, model): each policy's best configuration, the best one
+    marked."""
     cfg = configs(table)
     groups = list(cfg.groupby(GROUP, sort=False))
     per_group = 0.3 * cfg["policy"].nunique() + 0.9
@@ -158,10 +160,11 @@ def best_figure(table: pd.DataFrame, path: Path) -> SweepFigure:
         ax.invert_yaxis()
         ax.barh([0], [per_policy["makespan_s"].iloc[0]], fill=False, edgecolor="black", lw=1.5)
         ax.set_xlabel("median rollout makespan (s)")
-        ax.set_title(f"{Path(str(key[0])).name}, steps {key[1]}, {key[2]}", fontsize=9, loc="left")
+        ax.set_title(f"{Path(str(key[0])).name}, steps {key[1]}, {key[2]}, {key[3]}", fontsize=9, loc="left")
     fig.suptitle("best configuration of each policy (outlined: best overall)")
     caption = (
-        "Per trace, step range and cluster: each policy's best configuration by median makespan over seeds."
+        "Per trace, step range, cluster and target model: each policy's best configuration by median "
+        "makespan over seeds."
     )
     return SweepFigure(save(fig, path), "best points", caption)
 
@@ -169,7 +172,8 @@ def best_figure(table: pd.DataFrame, path: Path) -> SweepFigure:
 def pareto_figure(table: pd.DataFrame, path: Path) -> SweepFigure | None:
     """Makespan against GPU-seconds where the cluster varies (None when it never does)."""
     cfg = configs(table)
-    groups = [(k, g) for k, g in cfg.groupby(["trace", "steps"], sort=False) if g["cluster"].nunique() >= 2]
+    by = ["trace", "steps", "model"]
+    groups = [(k, g) for k, g in cfg.groupby(by, sort=False) if g["cluster"].nunique() >= 2]
     if not groups:
         return None
     fig, axes = subplots(1, len(groups), height_in=3.6)
@@ -197,7 +201,7 @@ def pareto_figure(table: pd.DataFrame, path: Path) -> SweepFigure | None:
         )
         ax.set_xlabel("GPU-seconds per step (makespan x GPUs)")
         ax.set_ylabel("rollout makespan (s)")
-        ax.set_title(f"{Path(str(key[0])).name}, steps {key[1]}", fontsize=9)
+        ax.set_title(f"{Path(str(key[0])).name}, steps {key[1]}, {key[2]}", fontsize=9)
         legend(ax, where="axes", fontsize=7)
     fig.suptitle("makespan against GPU-seconds across clusters")
     caption = (

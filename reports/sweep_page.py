@@ -35,6 +35,7 @@ COLUMNS = {
     "trace": "trace",
     "steps": "steps",
     "cluster": "cluster",
+    "model": "model",
     "seeds": "seeds",
     "makespan_s": "makespan s",
     "step_time_s": "step s",
@@ -111,6 +112,7 @@ def _summary(table: pd.DataFrame, meta: Mapping[str, object]) -> str:
         ("traces", ", ".join(dict.fromkeys(table["trace"]))),
         ("steps", ", ".join(dict.fromkeys(table["steps"]))),
         ("clusters", ", ".join(dict.fromkeys(table["cluster"]))),
+        ("models", ", ".join(dict.fromkeys(table["model"]))),
         ("policies", ", ".join(dict.fromkeys(table["policy_spec"]))),
         ("seeds", ", ".join(str(s) for s in dict.fromkeys(table["seed"]))),
         *((str(k), str(v)) for k, v in meta.items()),
@@ -137,7 +139,7 @@ def render_page(
         section("sweep", "Sweep", _summary(table, meta)),
         section(
             "best",
-            "Best point per trace and cluster",
+            "Best point per trace, cluster and model",
             _table(best) + "".join(_figure(f, root) for f in figs["best"]),
         ),
         section("params", "Metrics against parameters", "".join(_figure(f, root) for f in figs["params"])),
@@ -171,6 +173,8 @@ def build_sweep_report(
     out_dir = Path(out_dir)
     if table.empty:
         raise ValueError("sweep report: the table has no points")
+    if "model" not in table:  # a table written before sweeps had a model axis
+        table, steps = table.assign(model=""), steps.assign(model="")
 
     def fill(tmp: Path) -> None:
         figs, left_out = _figures(table, steps, tmp / "figures")

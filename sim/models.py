@@ -442,6 +442,14 @@ def model_record(name: str) -> tuple[str, dict[str, Any] | None]:
     return get_model(name).name, None
 
 
+def model_from_record(name: str, config: dict[str, Any] | None, source: str) -> ModelSpec:
+    """The model a `model_record` describes: the catalogue's `name`, or the architecture
+    its config fields price (read anywhere: the file need not be there)."""
+    if config is None:
+        return get_model(name)
+    return model_from_config(config, name, source=source)
+
+
 def model_of_trace(meta: TraceMeta, source: str, override: str | None = None) -> ModelSpec:
     """The model a trace is replayed with: `override` (a name or config path) where given,
     else the architecture the trace carries (`model_config`, named `model`), else the

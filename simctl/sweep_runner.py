@@ -93,6 +93,9 @@ class PointTask(TypedDict):
     cluster: str
     steps: str | None
     seed: int
+    # the target, where not the trace's own: catalogue name, config fields (None: catalogue)
+    model_name: str
+    model_config: dict[str, Any] | None
     out: str
     command: str
     checkpoint_s: float | None  # seconds between the point's checkpoints (None: none)
@@ -170,12 +173,15 @@ def _setup(task: PointTask, trace_path: Path) -> ReplaySetup:
     from simctl.sim.cluster import parse_cluster
     from simctl.sim.cost_model import load_cost_model
     from simctl.sim.engine_config import EngineConfig
-    from simctl.sim.models import model_of_trace
+    from simctl.sim.models import model_from_record, model_of_trace
     from simctl.sim.replay import ReplaySetup
     from simctl.traces.cli_options import parse_steps
 
     trace = _trace(str(trace_path))
-    model = model_of_trace(trace.meta, f"trace {trace_path}")
+    if task.get("model_name"):
+        model = model_from_record(task["model_name"], task.get("model_config"), f"model {task['model_name']}")
+    else:
+        model = model_of_trace(trace.meta, f"trace {trace_path}")
     cluster = parse_cluster(task["cluster"])
     return ReplaySetup(
         trace=trace,
@@ -279,6 +285,8 @@ def make_task(out: Path, point: Point, command: str, checkpoint_s: float | None 
         "cluster": point.cluster_arg,
         "steps": None if point.steps == "all" else point.steps,
         "seed": point.seed,
+        "model_name": point.model_name,
+        "model_config": point.model_config,
         "out": str(point_dir(out, point).resolve()),
         "command": command,
         "checkpoint_s": None if point.task_spec else checkpoint_s,

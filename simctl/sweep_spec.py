@@ -6,6 +6,7 @@
     traces = ["traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"]
     steps = "0:2"                  # or a list: ["0:2", "2:4"]; default every step
     clusters = ["a100x8:tp1"]      # default ["h100x512"]
+    models = ["gpt-oss-120b"]      # optional: replay with these targets instead of the trace's
     seeds = [0, 1]                 # default [0]
     zip = [["traces", "steps"]]    # optional: these axes advance together (not crossed)
 
@@ -17,8 +18,11 @@
 
 Every axis is the cross product of its values, except the axes of one `zip` group, which
 advance together (their lists must be equally long). A list is always a grid, so a
-list-valued parameter is given as its command-line text ("ngram/suffix"). Relative trace
-and cluster files resolve against the spec file's folder, then the current directory.
+list-valued parameter is given as its command-line text ("ngram/suffix"). Relative trace,
+cluster and model files resolve against the spec file's folder, then the current directory.
+A model is a catalogue name or a HF config (a directory holding config.json, or the file),
+as `simctl replay --model` takes; its architecture is read once and travels with each task
+as data (`model_record`), so nodes of a joined Ray cluster need not see the file.
 
 Everything is checked before anything runs (`load_spec`): each problem is one
 `SweepSpecError` line naming the file, the key and the value.
@@ -47,15 +51,16 @@ from simctl.policies.params import ParamError, PolicySpecError
 from simctl.policies.registry import REGISTRY
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
-from simctl.sim.models import model_of_trace
+from simctl.sim.model_spec import ModelSpec
+from simctl.sim.models import model_from_record, model_of_trace, model_record
 from simctl.sim.replay import trace_draft_methods
 from simctl.traces.io import Trace, TraceError
 from simctl.traces.plugins import family as policy_family
 from simctl.traces.plugins import is_plugin_spec, known_names, make_policy, plugin_file, resolve
 from simctl.traces.validate import load_valid_trace
 
-SWEEP_KEYS = ("traces", "steps", "clusters", "seeds", "zip")
-AXES = ("traces", "steps", "clusters", "seeds")
+SWEEP_KEYS = ("traces", "steps", "clusters", "models", "seeds", "zip")
+AXES = ("traces", "steps", "clusters", "models", "seeds")
 DEFAULT_CLUSTER = "h100x512"
 ALL_STEPS = "all"
 ZIP = "zip"
@@ -81,10 +86,16 @@ class Point:
     policy_spec: str  # "ngram:gamma=4"
     seed: int
     task_spec: str = ""  # a plug-in's loadable spec, when not policy_spec (not recorded)
+    model: str = ""  # the target as written in the spec ("": the trace's own)
+    # the target's catalogue name, and its config's pricing fields where it is not one
+    model_name: str = ""
+    model_config: dict[str, Any] | None = None
 
     def record(self) -> dict[str, Any]:
-        """What the point's run.json records and a rerun compares (no machine paths)."""
-        return {
+        """What the point's run.json records and a rerun compares (no machine paths). A
+        point on the trace's own model records no model: its id is what it was before
+        sweeps had a model axis, so their directories resume."""
+        out = {
             "trace": self.trace,
             "steps": self.steps,
             "cluster": self.cluster,
@@ -93,6 +104,9 @@ class Point:
             "policy_spec": self.policy_spec,
             "seed": self.seed,
         }
+        if self.model:
+            out["model"] = self.model
+        return out
 
     @property
     def point_id(self) -> str:
@@ -162,19 +176,24 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
         "traces": checker.strings(sweep["traces"], "sweep.traces"),
         "steps": [str(s) for s in checker.steps(sweep.get("steps", ALL_STEPS))],
         "clusters": checker.strings(sweep.get("clusters", DEFAULT_CLUSTER), "sweep.clusters"),
+        "models": checker.strings(sweep["models"], "sweep.models") if "models" in sweep else [""],
         "seeds": checker.seeds(sweep.get("seeds", 0)),
     }
     groups = checker.zips(sweep.get(ZIP, []), "sweep.zip", axes)
     policies = checker.policies(checker.table(raw["policies"], "policies"))
-    traces = {label: checker.trace(label, f"sweep.traces = {label!r}") for label in axes["traces"]}
+    own = "" in axes["models"]  # (some points replay the trace's own model)
+    traces = {label: checker.trace(label, f"sweep.traces = {label!r}", own) for label in axes["traces"]}
+    models = {label: checker.model(label) for label in axes["models"] if label}
+    targets = [model_of_trace(t.meta, "trace") for t in traces.values()] if own else []
+    targets += [model_from_record(name, config, "model") for name, config in models.values()]
     for label in axes["clusters"]:
-        checker.cluster(label, list(traces.values()))
+        checker.cluster(label, targets)
     points = []
     for combo in _combinations(axes, groups):
         trace = combo["traces"]
         checker.select_steps(combo["steps"], trace, traces[trace])
         for family, params in policies:
-            points.append(checker.point(combo, family, params, traces[trace]))
+            points.append(checker.point(combo, family, params, traces[trace], models))
             if len(points) > MAX_POINTS:
                 raise SweepSpecError(f"{path}: more than {MAX_POINTS} points; split the sweep")
     _check_unique(path, points)
@@ -295,28 +314,43 @@ class _Checker:
         beside = self.path.parent / given
         return (beside if beside.exists() or not given.exists() else given).resolve()
 
-    def trace(self, label: str, key: str) -> Trace:
+    def trace(self, label: str, key: str, own_model: bool = True) -> Trace:
+        """The trace, valid; its model known where points replay it (`own_model`)."""
         try:
             trace = load_valid_trace(self.resolve(label))
         except TraceError as exc:
             lines = str(exc).splitlines() or ["unreadable"]
             more = f" (and {len(lines) - 1} more problems)" if len(lines) > 1 else ""
             raise self.fail(key, lines[0] + more) from None
-        try:
-            model_of_trace(trace.meta, f"trace {label}")
-        except ValueError as exc:
-            raise self.fail(key, str(exc).splitlines()[0]) from None
+        if own_model:
+            try:
+                model_of_trace(trace.meta, f"trace {label}")
+            except ValueError as exc:
+                raise self.fail(key, str(exc).splitlines()[0]) from None
         return trace
+
+    def model(self, label: str) -> tuple[str, dict[str, Any] | None]:
+        """`model_record` of a target: a catalogue name, or a HF config file or directory
+        (relative: against the spec's folder, then the current directory)."""
+        beside = self.path.parent / Path(label).expanduser()
+        name = str(beside.resolve()) if not Path(label).is_absolute() and beside.exists() else label
+        try:
+            record = model_record(name)
+            model_from_record(*record, source=label)
+        except (ValueError, OSError) as exc:
+            raise self.fail(f"sweep.models = {label!r}", (str(exc).splitlines() or ["invalid"])[0]) from None
+        return record
 
     def cluster_text(self, label: str) -> str:
         return str(self.resolve(label)) if label.endswith(".toml") else label
 
-    def cluster(self, label: str, traces: list[Trace]) -> None:
+    def cluster(self, label: str, models: list[ModelSpec]) -> None:
+        """The cluster parses and every target model fits its workers."""
         key = f"sweep.clusters = {label!r}"
         try:
             spec = parse_cluster(self.cluster_text(label))
-            for trace in traces:
-                load_cost_model(model_of_trace(trace.meta, "trace"), spec, None)
+            for model in models:
+                load_cost_model(model, spec, None)
         except (ValueError, OSError) as exc:
             raise self.fail(key, (str(exc).splitlines() or ["invalid"])[0]) from None
 
@@ -404,7 +438,12 @@ class _Checker:
             raise self.fail(where, f"{exc} (allowed: {kind.allowed})") from None
 
     def point(
-        self, combo: dict[str, Any], family: Family[Any], params: dict[str, Any], trace: Trace
+        self,
+        combo: dict[str, Any],
+        family: Family[Any],
+        params: dict[str, Any],
+        trace: Trace,
+        models: Mapping[str, tuple[str, dict[str, Any] | None]],
     ) -> Point:
         spec = policy_spec(family, params)
         task_spec = ""
@@ -425,6 +464,9 @@ class _Checker:
             policy_spec=spec,
             seed=combo["seeds"],
             task_spec=task_spec,
+            model=combo["models"],
+            model_name=models[combo["models"]][0] if combo["models"] else "",
+            model_config=models[combo["models"]][1] if combo["models"] else None,
         )
 
 

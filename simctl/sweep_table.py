@@ -1,7 +1,8 @@
 """The sweep's tidy table, read back from the points' run directories.
 
 `DIR/sweep.parquet`: one row per point, in the spec's order: every axis value (trace,
-steps, cluster, policy, one `param_<name>` column per parameter the spec sets, seed) and
+steps, cluster, gpus, model, policy, one `param_<name>` column per parameter the spec sets,
+seed; `model` is the target replayed, the trace's own unless the spec's `models` names one) and
 every metric (means over the point's steps). `DIR/sweep_steps.parquet`: the same metrics
 per point and step (the report's bands). Both are written atomically. Wall and CPU time
 columns (`TIME_COLUMNS`) are the only ones that differ between two runs of one sweep.
@@ -23,7 +24,7 @@ from simctl.traces.atomic import atomic_write
 from simctl.traces.run_format import RUN_JSON
 
 PARAM_PREFIX = "param_"
-AXIS_COLUMNS = ("trace", "steps", "cluster", "gpus", "policy", "policy_spec", "seed")
+AXIS_COLUMNS = ("trace", "steps", "cluster", "gpus", "model", "policy", "policy_spec", "seed")
 METRICS = {
     "makespan_s": "mean rollout makespan (s)",
     "step_time_s": "mean step time (s)",
@@ -60,6 +61,7 @@ def _rows(spec: SweepSpec, out: Path) -> tuple[list[dict[str, Any]], list[dict[s
             "point_id": point.point_id,
             **{k: doc[POINT_KEY][k] for k in ("trace", "steps", "cluster")},
             "gpus": gpus,
+            "model": str(doc["provenance"]["model"]),
             "policy": point.policy,
             "policy_spec": point.policy_spec,
             **{PARAM_PREFIX + k: v for k, v in point.params},

@@ -25,7 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simctl.cli import main
+from simctl.replay_cmd import build_setup
 from simctl.reports.sweep_figures import pareto_front
+from simctl.sim.replay import run_policy
 from simctl.sweep_cmd import choose_backend
 from simctl.sweep_order import longest_first, point_requests, point_work
 from simctl.sweep_runner import (
@@ -40,6 +42,7 @@ from simctl.sweep_runner import (
 )
 from simctl.sweep_spec import SweepSpecError, load_spec, spec_from_data
 from simctl.sweep_table import TIME_COLUMNS, sweep_tables, write_tables
+from tests.sim.test_model_config import CATALOGUE_CONFIGS
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = "traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"
@@ -358,6 +361,15 @@ BAD = {
     "not a trace": ("[sweep]\ntraces=['{spec}']\n[policies]\nverl={{}}\n", "sweep.traces"),
     "bad cluster": ("[sweep]\ntraces=['{t}']\nclusters=['zz9x3']\n[policies]\nverl={{}}\n", "zz9x3"),
     "no such steps": ("[sweep]\ntraces=['{t}']\nsteps='40:50'\n[policies]\nverl={{}}\n", "40:50"),
+    "unknown model": ("[sweep]\ntraces=['{t}']\nmodels=['nope-7b']\n[policies]\nverl={{}}\n", "sweep.models"),
+    "model too big for the cluster": (
+        "[sweep]\ntraces=['{t}']\nclusters=['a100x8:tp1']\nmodels=['Kimi-K2']\n[policies]\nverl={{}}\n",
+        "sweep.clusters = 'a100x8:tp1': model Kimi-K2",
+    ),
+    "bad model config": (
+        "[sweep]\ntraces=['{t}']\nmodels=['{spec}']\n[policies]\nverl={{}}\n",
+        "sweep.models",
+    ),
     "bad seed": ("[sweep]\ntraces=['{t}']\nseeds=[-1]\n[policies]\nverl={{}}\n", "sweep.seeds = -1"),
     "zip lengths": (
         "[sweep]\ntraces=['{t}']\nseeds=[1,2]\nsteps=['0:1']\nzip=[['seeds','steps']]\n[policies]\nverl={{}}\n",
@@ -410,7 +422,7 @@ SCALARS = st.one_of(
     st.integers(-3, 70),
     st.floats(allow_nan=True),
     st.text(max_size=6),
-    st.sampled_from(["0:2", "a100x8:tp1", "ngram", "gamma", "seeds", str(ROOT / SAMPLE)]),
+    st.sampled_from(["0:2", "a100x8:tp1", "ngram", "gamma", "seeds", "gpt-oss-20b", str(ROOT / SAMPLE)]),
 )
 VALUES = st.recursive(
     SCALARS,
@@ -424,7 +436,9 @@ VALUES = st.recursive(
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    sweep=st.dictionaries(st.sampled_from(["traces", "steps", "clusters", "seeds", "zip", "oops"]), VALUES),
+    sweep=st.dictionaries(
+        st.sampled_from(["traces", "steps", "clusters", "models", "seeds", "zip", "oops"]), VALUES
+    ),
     policies=st.dictionaries(st.sampled_from(["verl", "ngram", "spec-coupled", "nope"]), VALUES, max_size=3),
 )
 def test_hostile_specs_fail_in_one_line(sweep: dict, policies: dict) -> None:
@@ -552,3 +566,53 @@ shortest-first = {{ default_len = [128, 512] }}
         ("shortest-first", 512),
     ]
     pd.testing.assert_frame_equal(tables[0], tables[1])
+
+
+def test_model_axis_replays_each_target(tmp_path: Path) -> None:
+    """`models` replays the trace with other targets, as `simctl replay --model` does: a
+    catalogue name, or a HF config beside the spec (read once and sent as data). Points
+    on the trace's own model record none, so a spec without `models` keeps its ids."""
+    config = tmp_path / "my-7b"
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps(CATALOGUE_CONFIGS["Qwen2.5-7B"]))
+    path = tmp_path / "sweep.toml"
+    path.write_text(
+        f"[sweep]\ntraces = ['{ROOT / SAMPLE}']\nsteps = '0:1'\nclusters = ['h100x8:tp1']\n"
+        "models = ['gpt-oss-20b', 'my-7b']\n[policies]\nverl = {}\n"
+    )
+    spec = load_spec(path)
+    assert [(p.model, p.model_name, p.model_config is None) for p in spec.points] == [
+        ("gpt-oss-20b", "gpt-oss-20b", True),
+        ("my-7b", "my-7b", False),  # named after its directory, as replay --model names it
+    ]
+    assert [p.record()["model"] for p in spec.points] == ["gpt-oss-20b", "my-7b"]
+    plain = spec_from_data({"sweep": {"traces": [str(ROOT / SAMPLE)]}, "policies": {"verl": {}}}, path)
+    assert "model" not in plain.points[0].record()
+    out = tmp_path / "out"
+    assert run_sweep(spec, out, workers=1, use_ray=False).ran == 2
+    table = _table(path, out)
+    assert list(table["model"]) == ["gpt-oss-20b", "my-7b"]
+    for model, makespan in zip(["gpt-oss-20b", str(config)], table["makespan_s"], strict=True):
+        setup = build_setup(ROOT / SAMPLE, "h100x8:tp1", None, model, "0:1", 0, False, 256)
+        assert makespan == run_policy(setup, "verl").steps[0].rollout_makespan_s
+    assert table["makespan_s"].iloc[0] != table["makespan_s"].iloc[1]
+
+
+def test_model_axis_sends_a_configs_fields_not_its_path(tmp_path: Path) -> None:
+    """A target that is no catalogue model travels as its config's fields: the point runs
+    where the file is gone (a node of a joined cluster)."""
+    config = tmp_path / "custom.json"
+    config.write_text(json.dumps({**CATALOGUE_CONFIGS["Qwen2.5-7B"], "num_hidden_layers": 14}))
+    path = tmp_path / "sweep.toml"
+    path.write_text(
+        f"[sweep]\ntraces = ['{ROOT / SAMPLE}']\nsteps = '0:1'\nclusters = ['h100x8:tp1']\n"
+        "models = ['custom.json']\n[policies]\nverl = {}\n"
+    )
+    spec = load_spec(path)
+    (point,) = spec.points
+    assert point.model_name == "custom" and point.model_config is not None
+    config.unlink()
+    out = tmp_path / "out"
+    assert run_sweep(spec, out, workers=1, use_ray=False).ran == 1
+    table, _ = sweep_tables(spec, out)
+    assert list(table["model"]) == ["custom"] and table["makespan_s"].iloc[0] > 0
