@@ -51,3 +51,44 @@ def test_role_intervals_end_at_makespan():
     iv = role_intervals(roles, 9.0).sort_values(["worker", "t0_s"]).reset_index(drop=True)
     assert iv[["t0_s", "t1_s"]].values.tolist() == [[0.0, 5.0], [5.0, 9.0], [0.0, 9.0]]
     assert list(iv["role"]) == ["rollout", "trainer", "rollout"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 6), st.floats(0, 100), st.floats(0.01, 20), st.integers(1, 64), st.booleans()
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_timeline_bars_are_the_segments_on_their_worker_rows(segs):
+    """The worker timeline draws one rectangle per segment (all workers in one collection)
+    on the row of its worker, `broken_barh`'s rectangles: x from t0 to t1, 0.76 rows tall,
+    purple where it speculated; replica work hatched over it."""
+    from matplotlib.colors import Normalize
+
+    from simctl.reports.fig_timeline import SPEC_CMAP, _draw_segments
+    from simctl.reports.style import subplots
+
+    df = pd.DataFrame(segs, columns=["worker", "t0_s", "dt", "batch", "spec"])
+    df = df.assign(t1_s=df.t0_s + df.dt, gamma_mean=df.spec * 3.0, replicas=(df.batch % 5 == 0).astype(int))
+    ypos = {w: i for i, w in enumerate(sorted(set(df.worker)))}
+    _, axes = subplots(1, 1)
+    ax = axes[0][0]
+    norm = Normalize(0, 64)
+    hatched = _draw_segments(ax, df, norm, ypos)
+    bars = ax.collections[0]
+    assert len(ax.collections) == 1 + hatched and hatched == bool((df.replicas > 0).any())
+    paths = bars.get_paths()
+    assert len(paths) == len(df)
+    for path, (_, seg) in zip(paths, df.iterrows(), strict=True):
+        xs, ys = path.vertices[:4, 0], path.vertices[:4, 1]
+        assert (xs.min(), xs.max()) == (seg.t0_s, seg.t1_s)
+        np.testing.assert_allclose((ys.min(), ys.max()), (ypos[seg.worker] - 0.38, ypos[seg.worker] + 0.38))
+    colors = bars.get_facecolors()
+    spec = df.spec.to_numpy()
+    np.testing.assert_allclose(colors[spec], SPEC_CMAP(norm(df.batch.to_numpy()[spec])))
+    if hatched:
+        assert len(ax.collections[1].get_paths()) == int((df.replicas > 0).sum())
