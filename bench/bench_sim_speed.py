@@ -11,9 +11,10 @@ and heaps are its own.
 
 Prints per policy: CPU s/step at both sizes, the ratio to verl's on the same trace and
 cluster (issue target <= 3) and the 4,096/512 growth (target <= 10, linear is 8); at 1x also
-the policy events and planned blocks per step and the CPU microseconds per event-or-block
+the policy events and planned blocks per step, the CPU microseconds per event-or-block
 (what one unit of the event loop costs: a policy whose units outnumber verl's by more than
-3x cannot reach the target at verl's cost per unit); then the
+3x cannot reach the target at verl's cost per unit) and the share of the time spent inside
+the policy's own answers (`decide`; the rest is the simulator's); then the
 200-step six-policy dapo study (verl, speactor, seer, tlt, rhymerl, composite) projected
 from those CPU seconds on 1, 2 and 64 workers (target <= 10 min on 2).
 
@@ -51,6 +52,17 @@ from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
 from simctl.sim.models import get_model
 from simctl.sim.replay import ReplaySetup, run_policy
+import simctl.sim.engine as engine
+# the time inside the policy's answers (perf_counter: a vDSO read, unlike the CPU clock)
+policy_s = [0.0]
+_decide = engine.decide
+def timed_decide(policy, event, view):
+    t = time.perf_counter()
+    try:
+        return _decide(policy, event, view)
+    finally:
+        policy_s[0] += time.perf_counter() - t
+engine.decide = timed_decide
 path, factor, policy = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 tr = load_valid_trace(path)
 steps = sorted(int(s) for s in np.unique(tr.df["step"].to_numpy()))
@@ -72,7 +84,8 @@ print(json.dumps({"cpu_s": max(per_step), "step_cpu_s": per_step, "requests": le
                   "gpus": spec.total_gpus, "makespan_s": run.steps[-1].rollout_makespan_s,
                   "events": int(run.counters.get("events", 0)) / len(steps),
                   "blocks": int(run.counters.get("blocks", 0)) / len(steps),
-                  "unit_cpu_s": run.sim_cpu_s / len(steps)}))
+                  "unit_cpu_s": run.sim_cpu_s / len(steps),
+                  "policy_share": policy_s[0] / max(run.sim_wall_s, 1e-9)}))
 """
 
 
@@ -99,7 +112,8 @@ def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: d
     ratio = small["cpu_s"] / base_small["cpu_s"]
     units = small.get("events", 0) + small.get("blocks", 0)
     per_unit = 1e6 * small.get("unit_cpu_s", small["cpu_s"]) / units if units else float("nan")
-    counts = f"{small.get('events', 0):7.0f} {small.get('blocks', 0):7.0f} {per_unit:6.0f}"
+    share = 100 * small.get("policy_share", float("nan"))
+    counts = f"{small.get('events', 0):7.0f} {small.get('blocks', 0):7.0f} {per_unit:6.0f} {share:5.0f}%"
     cells = f"{name:32s} {small['cpu_s']:8.2f} {ratio:7.2f} {counts}"
     if big is None or base_big is None:  # no growth measured: flag the ratio alone
         return cells + ("" if ratio <= TARGET_VS_VERL else "  *")
@@ -112,9 +126,10 @@ def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: d
 
 # Per policy at 1x: the policy events the engine emitted (finishes, chunk ends, ticks, idle
 # workers), the blocks its workers planned, and CPU microseconds per event-or-block. The
-# last column is what every unit of work costs in the Python event loop: a policy that
-# reacts to each of 16,384 finishes costs at least that many units, whatever its plans.
-UNIT_HEAD = f" {'events':>7s} {'blocks':>7s} {'us/unit':>6s}"
+# third is what every unit of work costs in the Python event loop: a policy that reacts to
+# each of 16,384 finishes costs at least that many units, whatever its plans. `policy`: the
+# share of the replay's time spent inside the policy's answers (the rest is the simulator's).
+UNIT_HEAD = f" {'events':>7s} {'blocks':>7s} {'us/unit':>6s} {'policy':>6s}"
 
 # Issue #17's study: 200 dapo steps of these six policies, on 2 workers (target <= 10 min).
 STUDY = ("verl", "speactor", "seer", "tlt", "rhymerl", "composite")

@@ -155,7 +155,7 @@ def gantt_one(ctx: Context, s: Series, xmax: float, index: int, sample: bool = F
     norm = Normalize(0, max(1.0, float(seg["batch"].max())))
     ypos = {int(w): i for i, w in enumerate(shown)}
     _draw_roles(ax, role_intervals(roles, end), ypos)
-    has_replicas = _draw_segments(ax, drawn, norm, ypos)
+    has_replicas = _draw_segments(ax, drawn, norm, ypos, xmax / PIXEL_BINS)
 
     ax.set_xlim(0, xmax * 1.01)
     ax.set_ylim(rows - 0.5, -0.5)
@@ -211,9 +211,12 @@ def _draw_roles(ax: Axes, intervals: pd.DataFrame, ypos: dict[int, int]) -> None
             _bars(ax, part, ypos, 1.0, facecolors=ROLE_COLORS[role], alpha=0.45, linewidth=0)
 
 
-def _draw_segments(ax: Axes, drawn: pd.DataFrame, norm: Normalize, ypos: dict[int, int]) -> bool:
+def _draw_segments(
+    ax: Axes, drawn: pd.DataFrame, norm: Normalize, ypos: dict[int, int], gap: float = 0.0
+) -> bool:
     """Busy segments shaded by batch (plain blue, speculative purple), then red hatching over
-    Fastest-of-N replica work; says whether there was any."""
+    Fastest-of-N replica work (a worker's replica segments less than `gap` apart hatched as
+    one: hatching costs per rectangle); says whether there was any."""
     spec = drawn["gamma_mean"].to_numpy() > 0
     colors = np.where(
         spec[:, None],
@@ -224,9 +227,29 @@ def _draw_segments(ax: Axes, drawn: pd.DataFrame, norm: Normalize, ypos: dict[in
         _bars(ax, drawn, ypos, 0.76, facecolors=colors, linewidth=0)
     has_replicas = "replicas" in drawn and bool((drawn["replicas"] > 0).any())
     if has_replicas:
-        rep = drawn[drawn["replicas"] > 0]
+        rep = joined_spans(drawn[drawn["replicas"] > 0], gap)
         _bars(ax, rep, ypos, 0.76, facecolors="none", edgecolors="#C00000", hatch="////", linewidth=0)
     return has_replicas
+
+
+def joined_spans(rows: pd.DataFrame, gap: float) -> pd.DataFrame:
+    """Each worker's [t0_s, t1_s] intervals with those less than `gap` apart joined (worker,
+    t0_s, t1_s).
+
+    >>> joined_spans(pd.DataFrame({"worker": [0, 0, 0, 1], "t0_s": [0.0, 1.05, 3.0, 1.1],
+    ...                            "t1_s": [1.0, 2.0, 4.0, 2.0]}), 0.1).values.tolist()
+    [[0.0, 0.0, 2.0], [0.0, 3.0, 4.0], [1.0, 1.1, 2.0]]
+    """
+    rows = rows.sort_values(["worker", "t0_s"], kind="stable")
+    w, t0, t1 = rows["worker"].to_numpy(), rows["t0_s"].to_numpy(), rows["t1_s"].to_numpy()
+    new = np.ones(len(rows), np.bool_)
+    if len(rows) > 1:
+        reach = pd.Series(t1).groupby(w).cummax().to_numpy()  # latest end so far, per worker
+        new[1:] = (w[1:] != w[:-1]) | (t0[1:] - reach[:-1] >= gap)
+    group = np.cumsum(new)
+    out = pd.DataFrame({"worker": w, "t0_s": t0, "t1_s": t1, "g": group}).groupby("g", sort=True)
+    joined = out.agg(worker=("worker", "first"), t0_s=("t0_s", "min"), t1_s=("t1_s", "max"))
+    return joined.reset_index(drop=True)
 
 
 def _legend(ax: Axes, roles_present: set[str], has_replicas: bool) -> None:

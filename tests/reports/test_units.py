@@ -90,5 +90,31 @@ def test_timeline_bars_are_the_segments_on_their_worker_rows(segs):
     colors = bars.get_facecolors()
     spec = df.spec.to_numpy()
     np.testing.assert_allclose(colors[spec], SPEC_CMAP(norm(df.batch.to_numpy()[spec])))
-    if hatched:
-        assert len(ax.collections[1].get_paths()) == int((df.replicas > 0).sum())
+    if hatched:  # replica segments hatched as the union of each worker's (none left out)
+        boxes = [p.vertices[:4] for p in ax.collections[1].get_paths()]
+        assert len(boxes) <= int((df.replicas > 0).sum())
+        for _, seg in df[df.replicas > 0].iterrows():
+            y = ypos[seg.worker]
+            assert any(
+                b[:, 0].min() <= seg.t0_s and seg.t1_s <= b[:, 0].max() and b[:, 1].min() < y < b[:, 1].max()
+                for b in boxes
+            )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.floats(0, 50), st.floats(0.0, 5)), min_size=1, max_size=25),
+    st.floats(0, 2),
+)
+def test_joined_spans_cover_the_same_time_per_worker(spans, gap):
+    """Joining a worker's intervals less than `gap` apart covers every instant they covered,
+    and adds only gaps shorter than `gap`."""
+    from simctl.reports.fig_timeline import joined_spans
+
+    df = pd.DataFrame(spans, columns=["worker", "t0_s", "dt"]).assign(t1_s=lambda d: d.t0_s + d.dt)
+    out = joined_spans(df, gap)
+    for w, g in df.groupby("worker"):
+        mine = out[out.worker == w].sort_values("t0_s")
+        assert all(((mine.t0_s <= r.t0_s) & (r.t1_s <= mine.t1_s)).any() for _, r in g.iterrows())
+        assert (mine.t0_s.to_numpy()[1:] - mine.t1_s.to_numpy()[:-1] >= gap - 1e-12).all()  # kept apart
+        assert mine.t0_s.min() == g.t0_s.min() and mine.t1_s.max() == g.t1_s.max()
