@@ -456,6 +456,4 @@ def model_of_trace(meta: TraceMeta, source: str, override: str | None = None) ->
     catalogue's `model`. `source` names the trace in errors."""
     if override:
         return get_model(override)
-    if meta.model_config is not None:
-        return model_from_config(meta.model_config, meta.model, source=f"{source}: model_config")
-    return get_model(meta.model)
+    return model_from_record(meta.model, meta.model_config, f"{source}: model_config")

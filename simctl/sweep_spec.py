@@ -183,9 +183,10 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     policies = checker.policies(checker.table(raw["policies"], "policies"))
     own = "" in axes["models"]  # (some points replay the trace's own model)
     traces = {label: checker.trace(label, f"sweep.traces = {label!r}", own) for label in axes["traces"]}
-    models = {label: checker.model(label) for label in axes["models"] if label}
+    resolved = {label: checker.model(label) for label in axes["models"] if label}
+    models = {label: record for label, (record, _) in resolved.items()}
     targets = [model_of_trace(t.meta, "trace") for t in traces.values()] if own else []
-    targets += [model_from_record(name, config, "model") for name, config in models.values()]
+    targets += [spec for _, spec in resolved.values()]
     for label in axes["clusters"]:
         checker.cluster(label, targets)
     points = []
@@ -329,17 +330,18 @@ class _Checker:
                 raise self.fail(key, str(exc).splitlines()[0]) from None
         return trace
 
-    def model(self, label: str) -> tuple[str, dict[str, Any] | None]:
-        """`model_record` of a target: a catalogue name, or a HF config file or directory
-        (relative: against the spec's folder, then the current directory)."""
+    def model(self, label: str) -> tuple[tuple[str, dict[str, Any] | None], ModelSpec]:
+        """`model_record` of a target (a catalogue name, or a HF config file or directory;
+        relative: against the spec's folder, then the current directory), and its model as a
+        task will build it from that record."""
         beside = self.path.parent / Path(label).expanduser()
         name = str(beside.resolve()) if not Path(label).is_absolute() and beside.exists() else label
         try:
             record = model_record(name)
-            model_from_record(*record, source=label)
+            spec = model_from_record(*record, source=label)
         except (ValueError, OSError) as exc:
             raise self.fail(f"sweep.models = {label!r}", (str(exc).splitlines() or ["invalid"])[0]) from None
-        return record
+        return record, spec
 
     def cluster_text(self, label: str) -> str:
         return str(self.resolve(label)) if label.endswith(".toml") else label
