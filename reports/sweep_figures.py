@@ -19,7 +19,9 @@ import pandas as pd
 from simctl.reports.style import legend, save, series_styles, subplots
 
 PARAM_PREFIX = "param_"
-CONFIG = ["trace", "steps", "cluster", "gpus", "model", "policy", "policy_spec"]
+CONFIG = ["trace", "steps", "cluster", "gpus", "model", "max_num_seqs", "policy", "policy_spec"]
+# axes of the engine, swept like every policy's parameters (a column of their own name)
+ENGINE_AXES = ("max_num_seqs",)
 # what a makespan is compared within: the same requests on the same cluster and target
 GROUP = ["trace", "steps", "cluster", "model"]
 PARAM_METRICS = {
@@ -72,18 +74,29 @@ def pareto_front(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     return keep
 
 
+def _param_columns(table: pd.DataFrame) -> list[str]:
+    """The columns of parameters a design varies: every policy parameter, then the engine's."""
+    return [c for c in table.columns if c.startswith(PARAM_PREFIX)] + [a for a in ENGINE_AXES if a in table]
+
+
+def param_column(param: str) -> str:
+    """The table column of a parameter `swept_params` names."""
+    return param if param in ENGINE_AXES else PARAM_PREFIX + param
+
+
 def swept_params(table: pd.DataFrame, policy: str) -> list[str]:
-    """Parameters of `policy` that take at least two values in the sweep."""
+    """Parameters of `policy` that take at least two values in the sweep, the engine's
+    batch limit among them (a design is tuned against it like a policy parameter)."""
     rows = table[table["policy"] == policy]
-    cols = [c for c in table.columns if c.startswith(PARAM_PREFIX)]
-    return [c[len(PARAM_PREFIX) :] for c in cols if rows[c].dropna().nunique() >= 2]
+    cols = _param_columns(table)
+    return [c.removeprefix(PARAM_PREFIX) for c in cols if rows[c].dropna().nunique() >= 2]
 
 
 def _line_key(table: pd.DataFrame, policy: str, param: str) -> list[str]:
     """Columns that tell the lines of a parameter's figure apart: those that vary."""
     rows = table[table["policy"] == policy]
-    col = PARAM_PREFIX + param
-    others = [c for c in rows.columns if c.startswith(PARAM_PREFIX) and c != col]
+    col = param_column(param)
+    others = [c for c in _param_columns(rows) if c != col]
     # a parameter zipped with this one moves with it: it does not split the lines
     tied = [c for c in others if rows.groupby(col, dropna=False)[c].nunique(dropna=False).max() <= 1]
     return [c for c in [*GROUP, *others] if c not in tied and rows[c].dropna().nunique() >= 2]
@@ -101,7 +114,7 @@ def param_figure(
     steps: pd.DataFrame, table: pd.DataFrame, policy: str, param: str, path: Path
 ) -> SweepFigure:
     """Each metric against one parameter: median and 95% band over seeds and steps."""
-    col = PARAM_PREFIX + param
+    col = param_column(param)
     rows = steps[steps["policy"] == policy]
     key = _line_key(table, policy, param)
     lines = list(rows.groupby(key, sort=False, dropna=False)) if key else [((), rows)]

@@ -28,6 +28,7 @@ from simctl.reports.sweep_figures import (
     pareto_figure,
     swept_params,
 )
+from simctl.sim.engine_config import EngineConfig
 from simctl.traces.atomic import replace_dir
 
 COLUMNS = {
@@ -36,6 +37,7 @@ COLUMNS = {
     "steps": "steps",
     "cluster": "cluster",
     "model": "model",
+    "max_num_seqs": "max seqs",
     "seeds": "seeds",
     "makespan_s": "makespan s",
     "step_time_s": "step s",
@@ -113,6 +115,7 @@ def _summary(table: pd.DataFrame, meta: Mapping[str, object]) -> str:
         ("steps", ", ".join(dict.fromkeys(table["steps"]))),
         ("clusters", ", ".join(dict.fromkeys(table["cluster"]))),
         ("models", ", ".join(dict.fromkeys(table["model"]))),
+        ("batch limits (max_num_seqs)", ", ".join(str(v) for v in dict.fromkeys(table["max_num_seqs"]))),
         ("policies", ", ".join(dict.fromkeys(table["policy_spec"]))),
         ("seeds", ", ".join(str(s) for s in dict.fromkeys(table["seed"]))),
         *((str(k), str(v)) for k, v in meta.items()),
@@ -175,6 +178,9 @@ def build_sweep_report(
         raise ValueError("sweep report: the table has no points")
     if "model" not in table:  # a table written before sweeps had a model axis
         table, steps = table.assign(model=""), steps.assign(model="")
+    if "max_num_seqs" not in table:  # before the batch-limit axis: every point ran the default
+        limit = EngineConfig().max_num_seqs
+        table, steps = table.assign(max_num_seqs=limit), steps.assign(max_num_seqs=limit)
 
     def fill(tmp: Path) -> None:
         figs, left_out = _figures(table, steps, tmp / "figures")

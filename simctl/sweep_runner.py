@@ -96,6 +96,7 @@ class PointTask(TypedDict):
     # the target, where not the trace's own: catalogue name, config fields (None: catalogue)
     model_name: str
     model_config: dict[str, Any] | None
+    max_num_seqs: int  # the engine's batch limit per worker
     out: str
     command: str
     checkpoint_s: float | None  # seconds between the point's checkpoints (None: none)
@@ -190,7 +191,7 @@ def _setup(task: PointTask, trace_path: Path) -> ReplaySetup:
         cost=load_cost_model(model, cluster, None),
         steps=parse_steps(task["steps"], trace.steps),
         seed=task["seed"],
-        engine=EngineConfig(),
+        engine=EngineConfig(max_num_seqs=task.get("max_num_seqs", EngineConfig().max_num_seqs)),
     )
 
 
@@ -287,6 +288,7 @@ def make_task(out: Path, point: Point, command: str, checkpoint_s: float | None 
         "seed": point.seed,
         "model_name": point.model_name,
         "model_config": point.model_config,
+        "max_num_seqs": point.max_num_seqs,
         "out": str(point_dir(out, point).resolve()),
         "command": command,
         "checkpoint_s": None if point.task_spec else checkpoint_s,

@@ -7,6 +7,7 @@
     steps = "0:2"                  # or a list: ["0:2", "2:4"]; default every step
     clusters = ["a100x8:tp1"]      # default ["h100x512"]
     models = ["gpt-oss-120b"]      # optional: replay with these targets instead of the trace's
+    max_num_seqs = [64, 256]       # engine batch limit per worker; default [256] (vLLM's)
     seeds = [0, 1]                 # default [0]
     zip = [["traces", "steps"]]    # optional: these axes advance together (not crossed)
 
@@ -23,6 +24,9 @@ cluster and model files resolve against the spec file's folder, then the current
 A model is a catalogue name or a HF config (a directory holding config.json, or the file),
 as `simctl replay --model` takes; its architecture is read once and travels with each task
 as data (`model_record`), so nodes of a joined Ray cluster need not see the file.
+`max_num_seqs` is the engine's batch limit per worker, as `simctl replay --max-num-seqs`
+sets it: the knob that decides the batch sizes where speculation pays, so a design is
+swept against it like a policy parameter.
 
 Everything is checked before anything runs (`load_spec`): each problem is one
 `SweepSpecError` line naming the file, the key and the value.
@@ -51,6 +55,7 @@ from simctl.policies.params import ParamError, PolicySpecError
 from simctl.policies.registry import REGISTRY
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
+from simctl.sim.engine_config import EngineConfig
 from simctl.sim.model_spec import ModelSpec
 from simctl.sim.models import model_from_record, model_of_trace, model_record
 from simctl.sim.replay import trace_draft_methods
@@ -59,8 +64,11 @@ from simctl.traces.plugins import family as policy_family
 from simctl.traces.plugins import is_plugin_spec, known_names, make_policy, plugin_file, resolve
 from simctl.traces.validate import load_valid_trace
 
-SWEEP_KEYS = ("traces", "steps", "clusters", "models", "seeds", "zip")
-AXES = ("traces", "steps", "clusters", "models", "seeds")
+SWEEP_KEYS = ("traces", "steps", "clusters", "models", "max_num_seqs", "seeds", "zip")
+AXES = ("traces", "steps", "clusters", "models", "max_num_seqs", "seeds")
+DEFAULT_MAX_NUM_SEQS = EngineConfig().max_num_seqs
+# (a batch limit above this is a typo: no engine holds a million sequences per worker)
+MAX_NUM_SEQS_LIMIT = 1 << 20
 DEFAULT_CLUSTER = "h100x512"
 ALL_STEPS = "all"
 ZIP = "zip"
@@ -90,11 +98,13 @@ class Point:
     # the target's catalogue name, and its config's pricing fields where it is not one
     model_name: str = ""
     model_config: dict[str, Any] | None = None
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the engine's batch limit per worker
 
     def record(self) -> dict[str, Any]:
         """What the point's run.json records and a rerun compares (no machine paths). A
-        point on the trace's own model records no model: its id is what it was before
-        sweeps had a model axis, so their directories resume."""
+        point on the trace's own model records no model, and one at the default batch
+        limit no limit: its id is what it was before sweeps had those axes, so their
+        directories resume."""
         out = {
             "trace": self.trace,
             "steps": self.steps,
@@ -106,6 +116,8 @@ class Point:
         }
         if self.model:
             out["model"] = self.model
+        if self.max_num_seqs != DEFAULT_MAX_NUM_SEQS:
+            out["max_num_seqs"] = self.max_num_seqs
         return out
 
     @property
@@ -177,6 +189,7 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
         "steps": [str(s) for s in checker.steps(sweep.get("steps", ALL_STEPS))],
         "clusters": checker.strings(sweep.get("clusters", DEFAULT_CLUSTER), "sweep.clusters"),
         "models": checker.strings(sweep["models"], "sweep.models") if "models" in sweep else [""],
+        "max_num_seqs": checker.batch_limits(sweep.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)),
         "seeds": checker.seeds(sweep.get("seeds", 0)),
     }
     groups = checker.zips(sweep.get(ZIP, []), "sweep.zip", axes)
@@ -207,7 +220,8 @@ def _check_unique(path: Path, points: list[Point]) -> None:
         if p.point_id in seen:
             raise SweepSpecError(
                 f"{path}: point {p.policy_spec} trace={p.trace} steps={p.steps} cluster={p.cluster} "
-                f"seed={p.seed} appears twice (a value listed twice, or two grids overlap)"
+                f"max_num_seqs={p.max_num_seqs} seed={p.seed} appears twice (a value listed twice, or two "
+                "grids overlap)"
             )
         seen.add(p.point_id)
 
@@ -286,6 +300,14 @@ class _Checker:
         for item in items:
             if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < 2**63:
                 raise self.fail(f"sweep.seeds = {_show(item)}", "expected an integer >= 0")
+        return items
+
+    def batch_limits(self, value: Any) -> list[int]:
+        items = self.listed(value, "sweep.max_num_seqs")
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_NUM_SEQS_LIMIT:
+                where = f"sweep.max_num_seqs = {_show(item)}"
+                raise self.fail(where, f"expected an integer from 1 to {MAX_NUM_SEQS_LIMIT}")
         return items
 
     def zips(self, value: Any, key: str, axes: Mapping[str, list[Any]]) -> list[list[str]]:
@@ -469,6 +491,7 @@ class _Checker:
             model=combo["models"],
             model_name=models[combo["models"]][0] if combo["models"] else "",
             model_config=models[combo["models"]][1] if combo["models"] else None,
+            max_num_seqs=combo["max_num_seqs"],
         )
 
 

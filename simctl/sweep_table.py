@@ -1,8 +1,9 @@
 """The sweep's tidy table, read back from the points' run directories.
 
 `DIR/sweep.parquet`: one row per point, in the spec's order: every axis value (trace,
-steps, cluster, gpus, model, policy, one `param_<name>` column per parameter the spec sets,
-seed; `model` is the target replayed, the trace's own unless the spec's `models` names one) and
+steps, cluster, gpus, model, max_num_seqs, policy, one `param_<name>` column per parameter
+the spec sets, seed; `model` is the target replayed, the trace's own unless the spec's
+`models` names one; `max_num_seqs` the engine's batch limit per worker) and
 every metric (means over the point's steps). `DIR/sweep_steps.parquet`: the same metrics
 per point and step (the report's bands). Both are written atomically. Wall and CPU time
 columns (`TIME_COLUMNS`) are the only ones that differ between two runs of one sweep.
@@ -24,7 +25,7 @@ from simctl.traces.atomic import atomic_write
 from simctl.traces.run_format import RUN_JSON
 
 PARAM_PREFIX = "param_"
-AXIS_COLUMNS = ("trace", "steps", "cluster", "gpus", "model", "policy", "policy_spec", "seed")
+AXIS_COLUMNS = ("trace", "steps", "cluster", "gpus", "model", "max_num_seqs", "policy", "policy_spec", "seed")
 METRICS = {
     "makespan_s": "mean rollout makespan (s)",
     "step_time_s": "mean step time (s)",
@@ -62,6 +63,7 @@ def _rows(spec: SweepSpec, out: Path) -> tuple[list[dict[str, Any]], list[dict[s
             **{k: doc[POINT_KEY][k] for k in ("trace", "steps", "cluster")},
             "gpus": gpus,
             "model": str(doc["provenance"]["model"]),
+            "max_num_seqs": int(doc["provenance"]["engine"]["max_num_seqs"]),
             "policy": point.policy,
             "policy_spec": point.policy_spec,
             **{PARAM_PREFIX + k: v for k, v in point.params},
@@ -110,6 +112,7 @@ def sweep_tables(spec: SweepSpec, out: Path) -> tuple[pd.DataFrame, pd.DataFrame
     steps = _frame(step_rows, spec.params)
     for df in (table, steps):
         df["seed"] = df["seed"].astype("int64")
+        df["max_num_seqs"] = df["max_num_seqs"].astype("int64")
     table["n_steps"] = table["n_steps"].astype("int64")
     return table, steps
 

@@ -49,3 +49,20 @@ def test_ci_runs_exactly_the_test_command() -> None:
     assert _blocks()[1].strip() == "bash tests/run.sh"
     ci = (ROOT / ".ci/run").read_text().strip().splitlines()
     assert ci[-1] == "bash tests/run.sh"
+
+
+def test_readme_sweep_example_is_a_valid_spec(tmp_path: Path) -> None:
+    """The sweep spec the README shows passes every check: 2 clusters x 2 models x 2 batch
+    limits x 2 seeds x 4 policy points."""
+    from simctl.sweep_spec import load_spec
+
+    (example,) = re.findall(r"```toml\n(\[sweep\].*?)```", (ROOT / "README.md").read_text(), re.S)
+    (tmp_path / "traces").symlink_to(ROOT / "traces", target_is_directory=True)
+    path = tmp_path / "sweep.toml"
+    path.write_text(example)
+    points = load_spec(path).points
+    assert len(points) == 64
+    assert {p.max_num_seqs for p in points} == {16, 256} and {p.model for p in points} == {
+        "Qwen2.5-7B",
+        "Qwen3-30B-A3B",
+    }

@@ -370,6 +370,14 @@ BAD = {
         "[sweep]\ntraces=['{t}']\nmodels=['{spec}']\n[policies]\nverl={{}}\n",
         "sweep.models",
     ),
+    "batch limit 0": (
+        "[sweep]\ntraces=['{t}']\nmax_num_seqs=[0]\n[policies]\nverl={{}}\n",
+        "sweep.max_num_seqs = 0",
+    ),
+    "batch limit not an integer": (
+        "[sweep]\ntraces=['{t}']\nmax_num_seqs=[16, true]\n[policies]\nverl={{}}\n",
+        "sweep.max_num_seqs = true",
+    ),
     "bad seed": ("[sweep]\ntraces=['{t}']\nseeds=[-1]\n[policies]\nverl={{}}\n", "sweep.seeds = -1"),
     "zip lengths": (
         "[sweep]\ntraces=['{t}']\nseeds=[1,2]\nsteps=['0:1']\nzip=[['seeds','steps']]\n[policies]\nverl={{}}\n",
@@ -437,7 +445,8 @@ VALUES = st.recursive(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sweep=st.dictionaries(
-        st.sampled_from(["traces", "steps", "clusters", "models", "seeds", "zip", "oops"]), VALUES
+        st.sampled_from(["traces", "steps", "clusters", "models", "max_num_seqs", "seeds", "zip", "oops"]),
+        VALUES,
     ),
     policies=st.dictionaries(st.sampled_from(["verl", "ngram", "spec-coupled", "nope"]), VALUES, max_size=3),
 )
@@ -616,3 +625,53 @@ def test_model_axis_sends_a_configs_fields_not_its_path(tmp_path: Path) -> None:
     assert run_sweep(spec, out, workers=1, use_ray=False).ran == 1
     table, _ = sweep_tables(spec, out)
     assert list(table["model"]) == ["custom"] and table["makespan_s"].iloc[0] > 0
+
+
+def test_batch_limit_axis_replays_each_limit(tmp_path: Path) -> None:
+    """`max_num_seqs` replays each point with that engine batch limit, as `simctl replay
+    --max-num-seqs` does; the report plots the metrics against it like a parameter. A point
+    at the default limit records none, so a spec without the axis keeps its ids."""
+    path = tmp_path / "sweep.toml"
+    path.write_text(
+        f"[sweep]\ntraces = ['{ROOT / SAMPLE}']\nsteps = '0:1'\nclusters = ['a100x8:tp1']\n"
+        "max_num_seqs = [4, 256]\n[policies]\nverl = {}\nngram = { gamma = [4] }\n"
+    )
+    spec = load_spec(path)
+    assert [(p.policy_spec, p.max_num_seqs) for p in spec.points] == [
+        ("verl", 4),
+        ("ngram:gamma=4", 4),
+        ("verl", 256),
+        ("ngram:gamma=4", 256),
+    ]
+    assert [p.record().get("max_num_seqs") for p in spec.points] == [4, 4, None, None]
+    out = tmp_path / "out"
+    assert run_sweep(spec, out, workers=1, use_ray=False).ran == 4
+    table = _table(path, out)
+    assert list(table["max_num_seqs"]) == [4, 4, 256, 256]
+    for (_, row), point in zip(table.iterrows(), spec.points, strict=True):
+        setup = build_setup(ROOT / SAMPLE, "a100x8:tp1", None, None, "0:1", 0, False, point.max_num_seqs)
+        assert row["makespan_s"] == run_policy(setup, point.policy_spec).steps[0].rollout_makespan_s
+    # four requests per worker at a time take longer than the engine's default batch
+    by = table.set_index(["policy_spec", "max_num_seqs"])["makespan_s"]
+    assert by["verl", 4] > 1.5 * by["verl", 256] and by["ngram:gamma=4", 4] > by["ngram:gamma=4", 256]
+    from simctl.reports.sweep_figures import swept_params
+    from simctl.reports.sweep_page import build_sweep_report
+
+    assert swept_params(table, "verl") == ["max_num_seqs"]
+    steps = pd.read_parquet(out / "sweep_steps.parquet")
+    page = build_sweep_report(table, steps, out / "report").read_text()
+    figures = sorted(p.name for p in (out / "report" / "figures").iterdir())
+    assert figures == ["best.png", "param-ngram-max_num_seqs.png", "param-verl-max_num_seqs.png"]
+    assert "<th>max seqs</th>" in page
+
+
+def test_report_reads_tables_from_before_the_model_and_batch_axes(pool_sweep, tmp_path: Path) -> None:
+    """A sweep.parquet written before the model and batch-limit axes renders: every point
+    replayed the trace's own model at the engine's default limit."""
+    out, table = pool_sweep
+    from simctl.reports.sweep_page import build_sweep_report
+
+    steps = pd.read_parquet(out / "sweep_steps.parquet")
+    old = [df.drop(columns=["model", "max_num_seqs"]) for df in (table, steps)]
+    page = build_sweep_report(*old, tmp_path / "report").read_text()
+    assert "ngram:gamma=6" in page and "<td>256</td>" in page
