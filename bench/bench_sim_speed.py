@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from simctl.sweep_order import packed_wall as pack  # (the bench's name for it)
+
 ROOT = Path(__file__).resolve().parent.parent
 DAPO = ROOT / "traces/samples/dapo-32b-20k-2steps.parquet"
 SEER = ROOT / "traces/samples/seer-moonlight-64k-tokens.parquet"
@@ -135,21 +137,6 @@ UNIT_HEAD = f" {'events':>7s} {'blocks':>7s} {'us/unit':>6s} {'policy':>6s}"
 STUDY = ("verl", "speactor", "seer", "tlt", "rhymerl", "composite")
 STUDY_STEPS = 200
 STUDY_TARGET_S = 600.0
-
-
-def pack(costs: list[float], workers: int) -> float:
-    """Wall time of indivisible points of `costs` seconds on `workers` workers: longest
-    first, each to the least loaded worker (LPT, what a pool taking points in that order
-    does). No packing beats the longest point, however many workers there are.
-
-    >>> pack([6.0, 1.0, 1.0, 1.0], 2), pack([6.0, 1.0, 1.0, 1.0], 64)
-    (6.0, 6.0)
-    """
-    loads = [0.0] * max(1, workers)
-    for c in sorted(costs, reverse=True):
-        i = loads.index(min(loads))
-        loads[i] += c
-    return max(loads)
 
 
 def study_projection(cpu_per_step: dict[str, float]) -> None:

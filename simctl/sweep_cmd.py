@@ -82,7 +82,9 @@ def choose_backend(no_ray: bool, workers: int | None, ray_address: str | None) -
 @click.command("sweep")
 @click.argument("spec_path", metavar="SPEC.toml", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
-    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Sweep directory."
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Sweep directory (required unless --dry-run; with it, its complete points are counted).",
 )
 @click.option("--ray-address", help="Join this Ray cluster (e.g. auto, or HOST:PORT) instead of a local one.")
 @click.option(
@@ -106,16 +108,28 @@ def choose_backend(no_ray: bool, workers: int | None, ray_address: str | None) -
     help="A policy class from a module or file (module.path:Class, file.py:Class) that [policies] "
     "may then list by its name; repeatable. The spec file itself never names code.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check the spec, count its points and estimate the sweep's time on --workers from one "
+    "measured veRL step per trace; run nothing, write nothing.",
+)
 def sweep_cmd(
     spec_path: Path,
-    out: Path,
+    out: Path | None,
     ray_address: str | None,
     workers: int | None,
     no_ray: bool,
     checkpoint_s: float,
     plugins: tuple[str, ...],
+    dry_run: bool,
 ) -> None:
     """Replay every point of the design space in SPEC.toml; resumable (rerun to go on)."""
+    if dry_run:
+        _dry_run(spec_path, out, workers, plugins)
+        return
+    if out is None:
+        raise click.UsageError("Missing option '--out'.")
     use_ray = choose_backend(no_ray, workers, ray_address)
     spec = load_spec(spec_path, plugins)
     check_sweep_dir(out, spec_path)
@@ -132,3 +146,17 @@ def sweep_cmd(
     _table, _steps, index = write_outputs(spec, out, result.backend)
     click.echo(f"wrote {out / TABLE}")
     click.echo(f"report: {index}")
+
+
+def _dry_run(spec_path: Path, out: Path | None, workers: int | None, plugins: tuple[str, ...]) -> None:
+    """`--dry-run`: the spec checked, its points counted and the sweep's time estimated
+    (simctl/sweep_estimate.py); the sweep directory, if named, is only read."""
+    from simctl.sweep_estimate import estimate
+    from simctl.sweep_runner import is_complete, point_dir
+
+    spec = load_spec(spec_path, plugins)
+    if out is not None:
+        check_sweep_dir(out, spec_path)
+    done = {p.point_id for p in spec.points if out is not None and is_complete(point_dir(out, p), p)}
+    for line in estimate(spec, done, workers or default_workers()).lines(spec_path):
+        click.echo(line)

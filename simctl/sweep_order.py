@@ -70,6 +70,21 @@ def longest_first(costs: Sequence[float]) -> list[int]:
     return sorted(range(len(costs)), key=lambda i: -costs[i])
 
 
+def packed_wall(costs: Sequence[float], workers: int) -> float:
+    """Wall time of indivisible points of `costs` seconds on `workers` workers: longest
+    first, each to the least loaded worker (LPT, what a pool taking points in that order
+    does). No packing beats the longest point, however many workers there are.
+
+    >>> packed_wall([6.0, 1.0, 1.0, 1.0], 2), packed_wall([6.0, 1.0, 1.0, 1.0], 64)
+    (6.0, 6.0)
+    """
+    loads = [0.0] * max(1, workers)
+    for c in sorted(costs, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += c
+    return max(loads)
+
+
 def costliest_first(policy_specs: Sequence[str]) -> list[int]:
     """The order `simctl replay --jobs` starts its policies in, by the family named before
     a spec's parameters ("ngram:gamma=4" is n-gram); on one trace every policy replays the

@@ -195,6 +195,14 @@ def _setup(task: PointTask, trace_path: Path) -> ReplaySetup:
     )
 
 
+def point_setup(point: Point, steps: str | None) -> ReplaySetup:
+    """The ReplaySetup a point's task builds, over `steps` (N or A:B; None: every step)
+    instead of the point's own (the dry run measures one step)."""
+    task = make_task(Path(point.trace_path).parent, point, "")
+    task["steps"] = steps
+    return _setup(task, Path(point.trace_path))
+
+
 def _run_point(task: PointTask, scratch: Path) -> RunFiles | None:
     """Replay the point into its run directory, or into `scratch` where this node does not
     see the sweep directory, and then return the files written there."""

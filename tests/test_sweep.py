@@ -675,3 +675,51 @@ def test_report_reads_tables_from_before_the_model_and_batch_axes(pool_sweep, tm
     old = [df.drop(columns=["model", "max_num_seqs"]) for df in (table, steps)]
     page = build_sweep_report(*old, tmp_path / "report").read_text()
     assert "ngram:gamma=6" in page and "<td>256</td>" in page
+
+
+def test_estimate_prices_each_pending_point() -> None:
+    """The dry run's bill: each point still to run costs its setup plus its requests at
+    its policy's rate relative to veRL's; complete points cost nothing; the wall time is
+    the points packed onto the workers longest first."""
+    from simctl.sweep_estimate import estimate
+    from simctl.sweep_order import relative_cost
+
+    path = ROOT / "sweep.toml"
+    spec = spec_from_data(
+        {
+            "sweep": {"traces": [SAMPLE], "steps": "0:2", "seeds": [0, 1]},
+            "policies": {"verl": {}, "composite": {}},
+        },
+        path,
+    )
+    requests = point_requests(spec.points, spec.traces)[0]
+    measured = ({SAMPLE: 1e-4}, {SAMPLE: 0.5})
+    est = estimate(spec, set(), 2, measured)
+    verl, composite = 0.5 + requests * 1e-4, 0.5 + requests * 1e-4 * relative_cost("composite")
+    assert est.points == 4 and est.by_policy == {"verl": 2, "composite": 2} and est.complete == 0
+    assert est.cpu_s == pytest.approx(2 * (verl + composite))
+    assert est.longest_s == pytest.approx(composite)
+    assert est.wall_s == pytest.approx(composite + verl)  # one composite and one verl per worker
+    done = {p.point_id for p in spec.points if p.policy == "composite"}
+    rest = estimate(spec, done, 2, measured)
+    assert rest.complete == 2 and rest.cpu_s == pytest.approx(2 * verl) and rest.wall_s == pytest.approx(verl)
+
+
+def test_cli_dry_run_measures_and_writes_nothing(spec_path: Path, pool_sweep, tmp_path: Path) -> None:
+    """`--dry-run` counts the points, measures veRL once per trace, prints the estimate and
+    writes nothing; given a finished sweep directory, it counts its complete points."""
+    out = tmp_path / "new"
+    res = CliRunner().invoke(
+        main, ["sweep", str(spec_path), "--dry-run", "--out", str(out), "--workers", "2"]
+    )
+    assert res.exit_code == 0, res.output
+    lines = res.output.strip().splitlines()
+    assert lines[0] == f"{spec_path}: 8 points (verl 2, ngram 6); 0 already complete", lines
+    assert "efficientrollout-qwen7b-8k-6steps.parquet" in lines[1] and " us" in lines[1]
+    assert lines[3].startswith("on 2 workers: about ")
+    assert not out.exists()
+    done = CliRunner().invoke(main, ["sweep", str(spec_path), "--dry-run", "--out", str(pool_sweep[0])])
+    assert done.exit_code == 0 and "; 8 already complete" in done.output, done.output
+    assert "of the 0 points to run: 0.0 s" in done.output
+    missing = CliRunner().invoke(main, ["sweep", str(spec_path)])
+    assert missing.exit_code == 2 and "--out" in missing.output

@@ -1,0 +1,113 @@
+"""`simctl sweep SPEC.toml --dry-run`: what a sweep would run, and about how long it would
+take here, before anything runs.
+
+A design space grows as the product of its axes, and its points differ in cost by more than
+an order of magnitude (a composite point costs ~28 veRL points on the same requests), so a
+researcher wants the bill before launching. The estimate of a point is its requests times
+its policy's simulator cost relative to veRL's (`simctl.sweep_order.RELATIVE_COST`, from
+`bench/bench_sim_speed.py` on the dapo sample) times veRL's simulator CPU per request,
+measured now on this machine: veRL replays the first step of each trace the spec names,
+with the first point's cluster, model and batch limit for that trace (a fraction of a
+second for a 16K-request step). The points still to run are then packed onto the workers
+longest first, as the sweep hands them out (`packed_wall`); no number of workers finishes
+before the longest point.
+
+It is a planning figure, not a promise: the relative costs were measured on one trace and
+cluster, and a policy's cost per request moves with the trace's lengths and the batch per
+worker. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from simctl.sweep_order import packed_wall, point_requests, point_step_requests, relative_cost
+from simctl.sweep_spec import Point, SweepSpec
+
+
+@dataclass(frozen=True)
+class SweepEstimate:
+    points: int
+    by_policy: dict[str, int]  # points per policy family, in the spec's order
+    complete: int  # points already complete in the sweep directory
+    verl_s_per_request: dict[str, float]  # per trace label: veRL's measured CPU per request
+    cpu_s: float  # estimated simulator CPU of the points still to run
+    longest_s: float  # the costliest of them
+    workers: int
+    wall_s: float  # cpu_s packed onto `workers`
+
+    def lines(self, spec_path: Path) -> list[str]:
+        """What `--dry-run` prints."""
+        counts = ", ".join(f"{p} {n}" for p, n in self.by_policy.items())
+        rates = ", ".join(f"{Path(t).name} {1e6 * r:.0f} us" for t, r in self.verl_s_per_request.items())
+        return [
+            f"{spec_path}: {self.points} points ({counts}); {self.complete} already complete",
+            f"veRL simulator CPU per request, measured here: {rates or 'not measured (nothing to run)'}",
+            f"estimated simulator CPU of the {self.points - self.complete} points to run: "
+            f"{_duration(self.cpu_s)} (policy costs relative to veRL from bench/bench_sim_speed.py)",
+            f"on {self.workers} worker{'s' if self.workers != 1 else ''}: about {_duration(self.wall_s)} "
+            f"(the longest point alone: {_duration(self.longest_s)})",
+        ]
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def measure_verl(spec: SweepSpec, points: list[Point]) -> tuple[dict[str, float], dict[str, float]]:
+    """Per trace of `points`, replayed with veRL on its first step as the trace's first
+    point is (cluster, model, batch limit): the step's simulator CPU seconds per request,
+    and the CPU a replay spends outside its steps (setting up: every point pays it once)."""
+    from simctl.sim.replay import run_policy
+    from simctl.sweep_runner import point_setup
+
+    rates: dict[str, float] = {}
+    setup_s: dict[str, float] = {}
+    for point in points:
+        counts = point_step_requests([point], spec.traces)[0]
+        if point.trace in rates or not counts:
+            continue
+        first = min(counts)
+        setup = point_setup(point, str(first))
+        start = time.process_time()
+        run = run_policy(setup, "verl")
+        total = time.process_time() - start
+        step = float(run.step_cpu_s[0]) if run.step_cpu_s else total
+        rates[point.trace] = step / max(1, counts[first])
+        setup_s[point.trace] = max(0.0, total - step)
+    return rates, setup_s
+
+
+def estimate(
+    spec: SweepSpec,
+    complete: set[str],
+    workers: int,
+    measured: tuple[dict[str, float], dict[str, float]] | None = None,
+) -> SweepEstimate:
+    """The sweep's bill: `complete` holds the ids of points already done; `measured` veRL's
+    CPU per request and per replay's setup, by trace label (None: measured now,
+    `measure_verl`). A point costs its setup plus its requests at its policy's rate."""
+    pending = [p for p in spec.points if p.point_id not in complete]
+    rates, setup_s = measured if measured is not None else measure_verl(spec, pending)
+    requests = point_requests(pending, spec.traces)
+    costs = [
+        setup_s.get(p.trace, 0.0) + n * relative_cost(p.policy) * rates.get(p.trace, 0.0)
+        for p, n in zip(pending, requests, strict=True)
+    ]
+    return SweepEstimate(
+        points=len(spec.points),
+        by_policy=dict(Counter(p.policy for p in spec.points)),
+        complete=len(spec.points) - len(pending),
+        verl_s_per_request=rates,
+        cpu_s=sum(costs),
+        longest_s=max(costs, default=0.0),
+        workers=workers,
+        wall_s=packed_wall(costs, workers),
+    )
