@@ -4,7 +4,8 @@ The one importable package of the distribution. Its layers live in the repositor
 top-level folders (``sim/``, ``live/``, ``policies/``, ``traces/``, ``reports/``), mapped
 onto ``simctl.sim``, ``simctl.live``, ... by ``package-dir`` in ``pyproject.toml``; this
 folder holds the composition root (the ``simctl`` command in :mod:`simctl.cli`) and the
-Python API (``simctl.load_trace``, ``simctl.replay``, ``simctl.sweep``: :mod:`simctl.api`).
+Python API (``simctl.load_trace``, ``simctl.replay``, ``simctl.sweep``,
+``simctl.estimate_sweep``: :mod:`simctl.api`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 # The Python API (simctl/api.py), imported on first use so that `import simctl` stays
 # light (no pandas, simulator or report code until a name is asked for).
-_API = ("load_trace", "replay", "Result", "sweep", "Sweep")
+_API = ("load_trace", "replay", "Result", "sweep", "Sweep", "estimate_sweep")
 
-__all__ = ["Result", "Sweep", "__version__", "load_trace", "replay", "sweep"]
+__all__ = ["Result", "Sweep", "__version__", "estimate_sweep", "load_trace", "replay", "sweep"]
 
 
 def __getattr__(name: str) -> object:

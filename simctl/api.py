@@ -28,7 +28,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -43,7 +43,11 @@ from simctl.traces.plugins import class_family
 from simctl.traces.run_format import RunDoc
 from simctl.traces.validate import load_valid_trace
 
-__all__ = ["Result", "Sweep", "load_trace", "replay", "sweep"]
+if TYPE_CHECKING:
+    from simctl.sweep_estimate import SweepEstimate
+    from simctl.sweep_spec import SweepSpec
+
+__all__ = ["Result", "Sweep", "estimate_sweep", "load_trace", "replay", "sweep"]
 
 PolicyLike = str | type[Policy] | Policy
 
@@ -217,13 +221,9 @@ def sweep(
     installed and more than one worker runs (or `ray_address` is given), as the command
     does; False runs on a local process pool (the same results)."""
     from simctl.sweep_runner import default_workers, ray_available, run_sweep
-    from simctl.sweep_spec import load_spec, spec_from_data
     from simctl.sweep_table import write_outputs
 
-    if isinstance(spec, Mapping):
-        loaded = spec_from_data(dict(spec), Path.cwd() / "<sweep spec>", plugins)
-    else:
-        loaded = load_spec(Path(spec), plugins)
+    loaded = _sweep_spec(spec, plugins)
     out = Path(out)
     if workers is None and not ray_address:
         workers = default_workers()
@@ -234,3 +234,30 @@ def sweep(
     done = run_sweep(loaded, out, workers, ray, ray_address, command="simctl.sweep (Python API)")
     table, steps, index = write_outputs(loaded, out, done.backend)
     return Sweep(out, table, steps, index, done.ran, done.skipped, done.backend)
+
+
+def _sweep_spec(spec: str | Path | Mapping[str, Any], plugins: Sequence[str]) -> SweepSpec:
+    from simctl.sweep_spec import load_spec, spec_from_data
+
+    if isinstance(spec, Mapping):
+        return spec_from_data(dict(spec), Path.cwd() / "<sweep spec>", plugins)
+    return load_spec(Path(spec), plugins)
+
+
+def estimate_sweep(
+    spec: str | Path | Mapping[str, Any],
+    out: str | Path | None = None,
+    *,
+    workers: int | None = None,
+    plugins: Sequence[str] = (),
+) -> SweepEstimate:
+    """What `simctl sweep --dry-run` prints, as data: the points, those already complete in
+    `out` (if given), and the estimated simulator CPU and wall time on `workers` (default:
+    this machine's cores), from veRL measured on one step per trace
+    (simctl/sweep_estimate.py). Runs no point and writes nothing."""
+    from simctl.sweep_estimate import estimate
+    from simctl.sweep_runner import default_workers, is_complete, point_dir
+
+    loaded = _sweep_spec(spec, plugins)
+    done = {p.point_id for p in loaded.points if out is not None and is_complete(point_dir(Path(out), p), p)}
+    return estimate(loaded, done, workers or default_workers())

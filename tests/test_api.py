@@ -115,7 +115,9 @@ def test_import_simctl_stays_light() -> None:
     code = "import sys, simctl; assert 'simctl.api' not in sys.modules and 'pandas' not in sys.modules"
     code += "; assert callable(simctl.replay) and 'simctl.api' in sys.modules; print(sorted(simctl.__all__))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['Result', 'Sweep', '__version__', 'load_trace', 'replay', 'sweep']"
+    assert (
+        out.strip() == "['Result', 'Sweep', '__version__', 'estimate_sweep', 'load_trace', 'replay', 'sweep']"
+    )
 
 
 SWEEP = {
@@ -158,3 +160,14 @@ def test_sweep_spec_errors_are_the_commands() -> None:
 
     with pytest.raises(SweepSpecError, match=r"policies\.ngram\.gama: unknown parameter"):
         simctl.sweep({**SWEEP, "policies": {"ngram": {"gama": [2]}}}, "unused", workers=1)
+
+
+def test_estimate_sweep_counts_points_and_complete_ones(tmp_path: Path) -> None:
+    """`simctl.estimate_sweep` is the dry run as data: nothing written, complete points
+    counted once a sweep has run them."""
+    before = simctl.estimate_sweep(SWEEP, tmp_path / "api", workers=2)
+    assert (before.points, before.complete, before.workers) == (6, 0, 2) and before.cpu_s > 0
+    assert before.wall_s <= before.cpu_s and not (tmp_path / "api").exists()
+    simctl.sweep(SWEEP, tmp_path / "api", workers=1)
+    after = simctl.estimate_sweep(SWEEP, tmp_path / "api")
+    assert after.complete == 6 and after.cpu_s == 0.0
