@@ -116,6 +116,7 @@ def _summary(table: pd.DataFrame, meta: Mapping[str, object]) -> str:
         ("clusters", ", ".join(dict.fromkeys(table["cluster"]))),
         ("models", ", ".join(dict.fromkeys(table["model"]))),
         ("batch limits (max_num_seqs)", ", ".join(str(v) for v in dict.fromkeys(table["max_num_seqs"]))),
+        ("costs", ", ".join(dict.fromkeys(table["cost_model"]))),
         ("policies", ", ".join(dict.fromkeys(table["policy_spec"]))),
         ("seeds", ", ".join(str(s) for s in dict.fromkeys(table["seed"]))),
         *((str(k), str(v)) for k, v in meta.items()),
@@ -181,6 +182,8 @@ def build_sweep_report(
     if "max_num_seqs" not in table:  # before the batch-limit axis: every point ran the default
         limit = EngineConfig().max_num_seqs
         table, steps = table.assign(max_num_seqs=limit), steps.assign(max_num_seqs=limit)
+    if "cost_model" not in table:  # before sweeps took a measured profile: the roofline
+        table, steps = table.assign(cost_model="roofline"), steps.assign(cost_model="roofline")
 
     def fill(tmp: Path) -> None:
         figs, left_out = _figures(table, steps, tmp / "figures")

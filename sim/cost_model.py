@@ -862,14 +862,7 @@ class ProfiledCostModel:
 
     @classmethod
     def from_json(cls, path: str | Path) -> ProfiledCostModel:
-        path = Path(path)
-        try:
-            doc = json.loads(path.read_text())
-        except RecursionError:
-            raise CostModelError(f"profile {path.name}: cannot read: JSON nested too deeply") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CostModelError(f"profile {path.name}: cannot read: {exc}") from None
-        return cls.from_dict(doc, source=path.name)
+        return cls.from_dict(read_profile(path), source=Path(path).name)
 
     @classmethod
     def from_dict(cls, doc: Any, source: str = "<dict>") -> ProfiledCostModel:
@@ -950,8 +943,26 @@ def load_cost_model(
                 spans_nodes=cluster.spans_nodes,
             )
         return RooflineCostModel(spec, cluster.gpu, cluster.tp, params, cluster.gpu_mem_util, cluster.weights)
-    prof = ProfiledCostModel.from_json(profile_path)
-    name = Path(profile_path).name
+    return profile_cost_model(read_profile(profile_path), Path(profile_path).name, spec, cluster)
+
+
+def read_profile(path: str | Path) -> Any:
+    """A profile file's parsed JSON (checked by `profile_cost_model`); CostModelError naming
+    the file when it cannot be read."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except RecursionError:
+        raise CostModelError(f"profile {path.name}: cannot read: JSON nested too deeply") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CostModelError(f"profile {path.name}: cannot read: {exc}") from None
+
+
+def profile_cost_model(doc: Any, name: str, model: ModelSpec, cluster: ClusterSpec) -> ProfiledCostModel:
+    """The measured profile of parsed JSON `doc` (named `name` in messages), checked against
+    the model and TP it prices: a sweep sends the document to its tasks, which need not see
+    the file."""
+    prof = ProfiledCostModel.from_dict(doc, source=name)
     if cluster.dp > 1:
         raise CostModelError(
             f"profile {name}: measured on tp={prof.meta.get('tp')} workers, but the cluster runs "
@@ -962,11 +973,11 @@ def load_cost_model(
             f"profile {name}: field 'tp'={prof.meta.get('tp')} but the cluster runs tp={cluster.tp}"
         )
     try:
-        same = get_model(str(prof.meta.get("model"))).same_architecture(spec)
+        same = get_model(str(prof.meta.get("model"))).same_architecture(model)
     except ValueError:
         same = True  # uncatalogued model: trust the caller
     if not same:
         raise CostModelError(
-            f"profile {name}: field 'model'={prof.meta.get('model')!r} but the run simulates {spec.name}"
+            f"profile {name}: field 'model'={prof.meta.get('model')!r} but the run simulates {model.name}"
         )
     return prof

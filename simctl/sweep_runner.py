@@ -97,6 +97,10 @@ class PointTask(TypedDict):
     model_name: str
     model_config: dict[str, Any] | None
     max_num_seqs: int  # the engine's batch limit per worker
+    # the measured cost profile: its name as the spec wrote it and its parsed JSON (None:
+    # the roofline), sent as data so that a node need not see the file
+    profile_name: str
+    profile_doc: Any
     out: str
     command: str
     checkpoint_s: float | None  # seconds between the point's checkpoints (None: none)
@@ -172,7 +176,7 @@ def _fetch(ref: Any) -> Callable[[], bytes] | None:
 def _setup(task: PointTask, trace_path: Path) -> ReplaySetup:
     """The point's ReplaySetup, its trace read from `trace_path` (on this node)."""
     from simctl.sim.cluster import parse_cluster
-    from simctl.sim.cost_model import load_cost_model
+    from simctl.sim.cost_model import CostModel, load_cost_model, profile_cost_model
     from simctl.sim.engine_config import EngineConfig
     from simctl.sim.models import model_from_record, model_of_trace
     from simctl.sim.replay import ReplaySetup
@@ -184,11 +188,18 @@ def _setup(task: PointTask, trace_path: Path) -> ReplaySetup:
     else:
         model = model_of_trace(trace.meta, f"trace {trace_path}")
     cluster = parse_cluster(task["cluster"])
+    profile = task.get("profile_doc")
+    cost: CostModel
+    if profile is not None:
+        cost = profile_cost_model(profile, Path(task["profile_name"]).name, model, cluster)
+    else:
+        cost = load_cost_model(model, cluster, None)
     return ReplaySetup(
         trace=trace,
         cluster=cluster,
         model=model,
-        cost=load_cost_model(model, cluster, None),
+        cost=cost,
+        cost_source=task["profile_name"] if profile is not None else "roofline",
         steps=parse_steps(task["steps"], trace.steps),
         seed=task["seed"],
         engine=EngineConfig(max_num_seqs=task.get("max_num_seqs", EngineConfig().max_num_seqs)),
@@ -297,6 +308,8 @@ def make_task(out: Path, point: Point, command: str, checkpoint_s: float | None 
         "model_name": point.model_name,
         "model_config": point.model_config,
         "max_num_seqs": point.max_num_seqs,
+        "profile_name": point.profile,
+        "profile_doc": point.profile_doc,
         "out": str(point_dir(out, point).resolve()),
         "command": command,
         "checkpoint_s": None if point.task_spec else checkpoint_s,

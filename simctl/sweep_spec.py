@@ -8,6 +8,7 @@
     clusters = ["a100x8:tp1"]      # default ["h100x512"]
     models = ["gpt-oss-120b"]      # optional: replay with these targets instead of the trace's
     max_num_seqs = [64, 256]       # engine batch limit per worker; default [256] (vLLM's)
+    profile = "h100-qwen7b.json"   # optional: measured costs (`simctl calibrate`), not the roofline
     seeds = [0, 1]                 # default [0]
     zip = [["traces", "steps"]]    # optional: these axes advance together (not crossed)
 
@@ -26,7 +27,10 @@ as `simctl replay --model` takes; its architecture is read once and travels with
 as data (`model_record`), so nodes of a joined Ray cluster need not see the file.
 `max_num_seqs` is the engine's batch limit per worker, as `simctl replay --max-num-seqs`
 sets it: the knob that decides the batch sizes where speculation pays, so a design is
-swept against it like a policy parameter.
+swept against it like a policy parameter. `profile` prices every point with a measured
+cost profile, as `simctl replay --profile` does (one file for the sweep, checked against
+every cluster's TP and every target model; like a model config, it is read once and
+travels with each task as data).
 
 Everything is checked before anything runs (`load_spec`): each problem is one
 `SweepSpecError` line naming the file, the key and the value.
@@ -54,7 +58,13 @@ from simctl.policies.family import Family
 from simctl.policies.params import ParamError, PolicySpecError
 from simctl.policies.registry import REGISTRY
 from simctl.sim.cluster import parse_cluster
-from simctl.sim.cost_model import load_cost_model
+from simctl.sim.cost_model import (
+    CostModelError,
+    ProfiledCostModel,
+    load_cost_model,
+    profile_cost_model,
+    read_profile,
+)
 from simctl.sim.engine_config import EngineConfig
 from simctl.sim.model_spec import ModelSpec
 from simctl.sim.models import model_from_record, model_of_trace, model_record
@@ -64,7 +74,7 @@ from simctl.traces.plugins import family as policy_family
 from simctl.traces.plugins import is_plugin_spec, known_names, make_policy, plugin_file, resolve
 from simctl.traces.validate import load_valid_trace
 
-SWEEP_KEYS = ("traces", "steps", "clusters", "models", "max_num_seqs", "seeds", "zip")
+SWEEP_KEYS = ("traces", "steps", "clusters", "models", "max_num_seqs", "seeds", "zip", "profile")
 AXES = ("traces", "steps", "clusters", "models", "max_num_seqs", "seeds")
 DEFAULT_MAX_NUM_SEQS = EngineConfig().max_num_seqs
 # (a batch limit above this is a typo: no engine holds a million sequences per worker)
@@ -99,6 +109,8 @@ class Point:
     model_name: str = ""
     model_config: dict[str, Any] | None = None
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the engine's batch limit per worker
+    profile: str = ""  # the measured cost profile as written in the spec ("": the roofline)
+    profile_doc: Any = None  # its parsed JSON, sent to the task (None: the roofline)
 
     def record(self) -> dict[str, Any]:
         """What the point's run.json records and a rerun compares (no machine paths). A
@@ -118,6 +130,8 @@ class Point:
             out["model"] = self.model
         if self.max_num_seqs != DEFAULT_MAX_NUM_SEQS:
             out["max_num_seqs"] = self.max_num_seqs
+        if self.profile:
+            out["profile"] = self.profile
         return out
 
     @property
@@ -200,14 +214,15 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     models = {label: record for label, (record, _) in resolved.items()}
     targets = [model_of_trace(t.meta, "trace") for t in traces.values()] if own else []
     targets += [spec for _, spec in resolved.values()]
+    profile = checker.profile(sweep["profile"]) if "profile" in sweep else None
     for label in axes["clusters"]:
-        checker.cluster(label, targets)
+        checker.cluster(label, targets, profile)
     points = []
     for combo in _combinations(axes, groups):
         trace = combo["traces"]
         checker.select_steps(combo["steps"], trace, traces[trace])
         for family, params in policies:
-            points.append(checker.point(combo, family, params, traces[trace], models))
+            points.append(checker.point(combo, family, params, traces[trace], models, profile))
             if len(points) > MAX_POINTS:
                 raise SweepSpecError(f"{path}: more than {MAX_POINTS} points; split the sweep")
     _check_unique(path, points)
@@ -368,13 +383,28 @@ class _Checker:
     def cluster_text(self, label: str) -> str:
         return str(self.resolve(label)) if label.endswith(".toml") else label
 
-    def cluster(self, label: str, models: list[ModelSpec]) -> None:
-        """The cluster parses and every target model fits its workers."""
+    def profile(self, value: Any) -> tuple[str, Any]:
+        """(label, parsed JSON) of the sweep's measured cost profile, a valid one."""
+        if not isinstance(value, str) or not value:
+            raise self.fail(f"sweep.profile = {_show(value)}", "expected the path of a profile file")
+        key = f"sweep.profile = {value!r}"
+        try:
+            doc = read_profile(self.resolve(value))
+            ProfiledCostModel.from_dict(doc, source=Path(value).name)
+        except CostModelError as exc:
+            raise self.fail(key, (str(exc).splitlines() or ["invalid"])[0]) from None
+        return value, doc
+
+    def cluster(self, label: str, models: list[ModelSpec], profile: tuple[str, Any] | None = None) -> None:
+        """The cluster parses and every target model fits its workers (and the profile, if
+        any, was measured for the cluster's TP and each target)."""
         key = f"sweep.clusters = {label!r}"
         try:
             spec = parse_cluster(self.cluster_text(label))
             for model in models:
                 load_cost_model(model, spec, None)
+                if profile is not None:
+                    profile_cost_model(profile[1], Path(profile[0]).name, model, spec)
         except (ValueError, OSError) as exc:
             raise self.fail(key, (str(exc).splitlines() or ["invalid"])[0]) from None
 
@@ -468,6 +498,7 @@ class _Checker:
         params: dict[str, Any],
         trace: Trace,
         models: Mapping[str, tuple[str, dict[str, Any] | None]],
+        profile: tuple[str, Any] | None = None,
     ) -> Point:
         spec = policy_spec(family, params)
         task_spec = ""
@@ -492,6 +523,8 @@ class _Checker:
             model_name=models[combo["models"]][0] if combo["models"] else "",
             model_config=models[combo["models"]][1] if combo["models"] else None,
             max_num_seqs=combo["max_num_seqs"],
+            profile=profile[0] if profile else "",
+            profile_doc=profile[1] if profile else None,
         )
 
 

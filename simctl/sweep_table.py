@@ -3,7 +3,8 @@
 `DIR/sweep.parquet`: one row per point, in the spec's order: every axis value (trace,
 steps, cluster, gpus, model, max_num_seqs, policy, one `param_<name>` column per parameter
 the spec sets, seed; `model` is the target replayed, the trace's own unless the spec's
-`models` names one; `max_num_seqs` the engine's batch limit per worker) and
+`models` names one; `max_num_seqs` the engine's batch limit per worker; `cost_model`
+"roofline" or the measured profile the spec names) and
 every metric (means over the point's steps). `DIR/sweep_steps.parquet`: the same metrics
 per point and step (the report's bands). Both are written atomically. Wall and CPU time
 columns (`TIME_COLUMNS`) are the only ones that differ between two runs of one sweep.
@@ -25,7 +26,18 @@ from simctl.traces.atomic import atomic_write
 from simctl.traces.run_format import RUN_JSON
 
 PARAM_PREFIX = "param_"
-AXIS_COLUMNS = ("trace", "steps", "cluster", "gpus", "model", "max_num_seqs", "policy", "policy_spec", "seed")
+AXIS_COLUMNS = (
+    "trace",
+    "steps",
+    "cluster",
+    "gpus",
+    "model",
+    "max_num_seqs",
+    "cost_model",
+    "policy",
+    "policy_spec",
+    "seed",
+)
 METRICS = {
     "makespan_s": "mean rollout makespan (s)",
     "step_time_s": "mean step time (s)",
@@ -64,6 +76,7 @@ def _rows(spec: SweepSpec, out: Path) -> tuple[list[dict[str, Any]], list[dict[s
             "gpus": gpus,
             "model": str(doc["provenance"]["model"]),
             "max_num_seqs": int(doc["provenance"]["engine"]["max_num_seqs"]),
+            "cost_model": str(doc["provenance"]["cost_model"]),
             "policy": point.policy,
             "policy_spec": point.policy_spec,
             **{PARAM_PREFIX + k: v for k, v in point.params},

@@ -378,6 +378,11 @@ BAD = {
         "[sweep]\ntraces=['{t}']\nmax_num_seqs=[16, true]\n[policies]\nverl={{}}\n",
         "sweep.max_num_seqs = true",
     ),
+    "missing profile": (
+        "[sweep]\ntraces=['{t}']\nprofile='nowhere.json'\n[policies]\nverl={{}}\n",
+        "sweep.profile = 'nowhere.json': profile nowhere.json: cannot read",
+    ),
+    "not a profile": ("[sweep]\ntraces=['{t}']\nprofile='{spec}'\n[policies]\nverl={{}}\n", "sweep.profile"),
     "bad seed": ("[sweep]\ntraces=['{t}']\nseeds=[-1]\n[policies]\nverl={{}}\n", "sweep.seeds = -1"),
     "zip lengths": (
         "[sweep]\ntraces=['{t}']\nseeds=[1,2]\nsteps=['0:1']\nzip=[['seeds','steps']]\n[policies]\nverl={{}}\n",
@@ -445,7 +450,9 @@ VALUES = st.recursive(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sweep=st.dictionaries(
-        st.sampled_from(["traces", "steps", "clusters", "models", "max_num_seqs", "seeds", "zip", "oops"]),
+        st.sampled_from(
+            ["traces", "steps", "clusters", "models", "max_num_seqs", "seeds", "zip", "profile", "oops"]
+        ),
         VALUES,
     ),
     policies=st.dictionaries(st.sampled_from(["verl", "ngram", "spec-coupled", "nope"]), VALUES, max_size=3),
@@ -723,3 +730,55 @@ def test_cli_dry_run_measures_and_writes_nothing(spec_path: Path, pool_sweep, tm
     assert "of the 0 points to run: 0.0 s" in done.output
     missing = CliRunner().invoke(main, ["sweep", str(spec_path)])
     assert missing.exit_code == 2 and "--out" in missing.output
+
+
+def _profile_doc(tp: int = 1) -> dict:
+    """A measured profile of Qwen2.5-7B (decode and prefill laws, as `simctl calibrate`
+    writes them) on `tp` GPUs per worker."""
+    rows = [
+        {
+            "kind": k,
+            "num_seqs": b,
+            "new_tokens": b,
+            "context_tokens": b * c,
+            "gamma": 0,
+            "time_s": 0.01 + 1e-4 * b,
+        }
+        for k in ("decode", "prefill")
+        for b in (1, 8, 64)
+        for c in (128, 4096)
+    ]
+    head = {"format": "simctl-profile/1", "backend": "synthetic", "model": "qwen2.5-7b", "device": "test"}
+    return {**head, "tp": tp, "kv_capacity_tokens": 100_000, "measurements": rows}
+
+
+def test_profile_prices_every_point_and_travels_as_data(tmp_path: Path) -> None:
+    """`profile` prices the sweep's points with measured costs, as `replay --profile` does;
+    the document goes to the tasks, which run where the file is gone. A profile measured on
+    another TP than a cluster's is refused in one line before anything runs."""
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps(_profile_doc()))
+    path = tmp_path / "sweep.toml"
+    head = f"[sweep]\ntraces = ['{ROOT / SAMPLE}']\nsteps = '0:1'\nprofile = 'p.json'\n"
+    path.write_text(head + "clusters = ['a100x8:tp1']\n[policies]\nverl = {}\n")
+    spec = load_spec(path)
+    (point,) = spec.points
+    assert point.record()["profile"] == "p.json" and point.profile_doc == _profile_doc()
+    expected = run_policy(
+        build_setup(ROOT / SAMPLE, "a100x8:tp1", profile, None, "0:1", 0, False, 256), "verl"
+    )
+    roofline = run_policy(build_setup(ROOT / SAMPLE, "a100x8:tp1", None, None, "0:1", 0, False, 256), "verl")
+    profile.unlink()
+    out = tmp_path / "out"
+    assert run_sweep(spec, out, workers=1, use_ray=False).ran == 1
+    table, _ = sweep_tables(spec, out)
+    assert list(table["cost_model"]) == ["p.json"]
+    assert table["makespan_s"].iloc[0] == expected.steps[0].rollout_makespan_s
+    assert table["makespan_s"].iloc[0] != roofline.steps[0].rollout_makespan_s
+    profile.write_text(json.dumps(_profile_doc(tp=1)))
+    path.write_text(head + "clusters = ['a100x8:tp1', 'h100x8:tp2']\n[policies]\nverl = {}\n")
+    with pytest.raises(SweepSpecError) as info:
+        load_spec(path)
+    assert str(info.value) == (
+        f"{path}: sweep.clusters = 'h100x8:tp2': profile p.json: field 'tp'=1 but the cluster runs tp=2"
+    )
