@@ -73,7 +73,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -845,6 +845,11 @@ class ProfiledCostModel:
     def prefill_time(self, tokens: ArrayLike) -> np.ndarray:
         kind = next(k for k in ("prefill", "verify", "decode") if k in self.coefficients)
         return self._law(kind, 1.0, tokens, tokens)
+
+    def missing_drafters(self, drafters: Iterable[str]) -> list[str]:
+        """The measurement kinds (`draft:<drafter>`) of `drafters` this profile lacks: a run
+        that drafts with one of them cannot be priced (checked before it starts)."""
+        return sorted({f"draft:{d}" for d in drafters} - set(self.coefficients))
 
     def draft_time(
         self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike, gamma: ArrayLike

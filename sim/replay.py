@@ -17,12 +17,13 @@ import pandas as pd
 from simctl.policies.compose import drafting_gap
 from simctl.policies.contract import ModelInfo, Policy, PromptHistory, Role, give_offline_profile
 from simctl.sim.cluster import ClusterSpec
-from simctl.sim.cost_model import CostModel
+from simctl.sim.cost_model import CostModel, ProfiledCostModel
 from simctl.sim.drafter_training import (
     DEFAULT_DRAFTER_PARAMS,
     DrafterTrainingParams,
     eagle_acceptance_scale_history,
 )
+from simctl.sim.drafters import DRAFTERS
 from simctl.sim.engine import EngineConfig, SimError, StepSimulation
 from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, step_parts, tail_time
 from simctl.sim.models import ModelSpec
@@ -157,6 +158,25 @@ class ReplayState:
     lost: set[int] = field(default_factory=set)  # workers lost so far (lost for the rest)
 
 
+def profile_gap(policy: Policy, offered: frozenset[str], cost: CostModel) -> str | None:
+    """Why a measured profile cannot price the drafting `policy` declares it may do with
+    the `offered` methods (None: it can, or the costs are not a profile's): checked before a
+    run, not when the policy first drafts minutes into it. A policy that declares no
+    methods is priced as it drafts (its methods are not known before)."""
+    if not isinstance(cost, ProfiledCostModel):
+        return None
+    used = sorted(policy.draft_methods_used & offered)
+    missing = cost.missing_drafters(DRAFTERS[m] for m in used if m in DRAFTERS)
+    if not missing:
+        return None
+    have = ", ".join(k for k in cost.coefficients if k.startswith("draft:")) or "none"
+    source = cost.meta.get("source") or "profile"
+    return (
+        f"profile {source}: no {missing[0]!r} measurements (has: {have}); "
+        "calibrate the drafter the policy uses or drop --profile"
+    )
+
+
 def run_policy(
     setup: ReplaySetup,
     policy_spec: str | Policy,
@@ -174,6 +194,9 @@ def run_policy(
     gap = drafting_gap(policy, trace_draft_methods(setup.trace))
     if gap:
         raise SimError(f"{gap} ({ANNOTATE_HINT})")
+    unpriced = profile_gap(policy, trace_draft_methods(setup.trace), setup.cost)
+    if unpriced:
+        raise SimError(unpriced)
     if resume is None:
         state = ReplayState(policy, PolicyRun(name=policy.name, params=policy.params()))
         if setup.steps:  # what an offline profile of the workload's drafters would measure

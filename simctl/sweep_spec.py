@@ -68,7 +68,7 @@ from simctl.sim.cost_model import (
 from simctl.sim.engine_config import EngineConfig
 from simctl.sim.model_spec import ModelSpec
 from simctl.sim.models import model_from_record, model_of_trace, model_record
-from simctl.sim.replay import trace_draft_methods
+from simctl.sim.replay import profile_gap, trace_draft_methods
 from simctl.traces.io import Trace, TraceError
 from simctl.traces.plugins import family as policy_family
 from simctl.traces.plugins import is_plugin_spec, known_names, make_policy, plugin_file, resolve
@@ -266,6 +266,7 @@ class _Checker:
 
     path: Path
     plugins: dict[str, tuple[Family[Any], str]] = field(default_factory=dict)
+    _profile_model: ProfiledCostModel | None = None
 
     def fail(self, key: str, problem: str) -> SweepSpecError:
         return SweepSpecError(f"{self.path}: {key}: {problem}" if key else f"{self.path}: {problem}")
@@ -395,6 +396,12 @@ class _Checker:
             raise self.fail(key, (str(exc).splitlines() or ["invalid"])[0]) from None
         return value, doc
 
+    def profile_model(self, profile: tuple[str, Any]) -> ProfiledCostModel:
+        """The profile's cost model, built once (its local fits cost more than a check)."""
+        if self._profile_model is None:
+            self._profile_model = ProfiledCostModel.from_dict(profile[1], source=Path(profile[0]).name)
+        return self._profile_model
+
     def cluster(self, label: str, models: list[ModelSpec], profile: tuple[str, Any] | None = None) -> None:
         """The cluster parses and every target model fits its workers (and the profile, if
         any, was measured for the cluster's TP and each target)."""
@@ -505,9 +512,14 @@ class _Checker:
         if family.name in self.plugins:
             args = policy_args(family, params)
             task_spec = self.plugins[family.name][1] + (f":{args}" if args else "")
-        gap = drafting_gap(make_policy(task_spec or spec), trace_draft_methods(trace))
+        policy = make_policy(task_spec or spec)
+        gap = drafting_gap(policy, trace_draft_methods(trace))
         if gap:
             raise self.fail(f"sweep.traces = {combo['traces']!r}", f"{gap} (policies.{family.name})")
+        if profile is not None:
+            unpriced = profile_gap(policy, trace_draft_methods(trace), self.profile_model(profile))
+            if unpriced:
+                raise self.fail(f"sweep.profile = {profile[0]!r}", f"{unpriced} (policies.{family.name})")
         return Point(
             trace=combo["traces"],
             trace_path=str(self.resolve(combo["traces"])),

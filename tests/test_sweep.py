@@ -782,3 +782,22 @@ def test_profile_prices_every_point_and_travels_as_data(tmp_path: Path) -> None:
     assert str(info.value) == (
         f"{path}: sweep.clusters = 'h100x8:tp2': profile p.json: field 'tp'=1 but the cluster runs tp=2"
     )
+
+
+def test_profile_without_a_policys_drafter_is_refused_before_running(tmp_path: Path) -> None:
+    """A profile with no measurements of a drafter a policy declares it drafts with is
+    refused when the spec is checked (not when the point first drafts, minutes in)."""
+    trace = ROOT / "traces/samples/rhymerl-math-14b-16k-tokens.parquet"
+    doc = {**_profile_doc(), "model": "Qwen2.5-14B"}
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    path = tmp_path / "sweep.toml"
+    path.write_text(
+        f"[sweep]\ntraces = ['{trace}']\nclusters = ['h100x8:tp1']\nprofile = 'p.json'\n"
+        "[policies]\nverl = {}\nrhymerl = {}\n"
+    )
+    with pytest.raises(SweepSpecError) as info:
+        load_spec(path)
+    assert str(info.value) == (
+        f"{path}: sweep.profile = 'p.json': profile p.json: no 'draft:history' measurements (has: none); "
+        "calibrate the drafter the policy uses or drop --profile (policies.rhymerl)"
+    )

@@ -69,3 +69,28 @@ def test_deeply_nested_profile(tmp_path: Path) -> None:
     result = _replay(_profile(tmp_path, '{"format": ' + "[" * 5000 + "]" * 5000 + "}"), "verl")
     assert result.exit_code == 1
     assert result.output.strip() == "Error: profile p.json: cannot read: JSON nested too deeply"
+
+
+def test_declared_drafter_missing_is_refused_before_the_run(tmp_path: Path) -> None:
+    """A policy that declares its drafting methods (RhymeRL drafts from history) is checked
+    against the profile before the replay starts: one line, and no run directory."""
+    trace = SAMPLE.parent / "rhymerl-math-14b-16k-tokens.parquet"
+    doc = json.loads(_profile(tmp_path).read_text())
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps({**doc, "model": "Qwen2.5-14B"}))
+    out = tmp_path / "run"
+    args = ["replay", str(trace), "--cluster", "h100x8:tp1", "--profile", str(profile), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, "--policy", "rhymerl"])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "Error: profile p.json: no 'draft:history' measurements (has: none); "
+        "calibrate the drafter the policy uses or drop --profile"
+    )
+    assert not out.exists()
+    from simctl.sim.cost_model import ProfiledCostModel
+    from simctl.sim.replay import profile_gap
+    from simctl.traces.plugins import make_policy
+
+    prof = ProfiledCostModel.from_json(profile)
+    assert profile_gap(make_policy("verl"), frozenset({"history"}), prof) is None
+    assert profile_gap(make_policy("rhymerl"), frozenset(), prof) is None  # nothing offered to draft with
