@@ -76,6 +76,29 @@ def prices(model: str, cluster: str) -> list[str]:
     return lines
 
 
+REPEATS = (0.0, 0.5, 0.8, 0.9, 0.95)
+
+
+def routed_weight_ratio(
+    model: str, cluster: str, batch: int, tokens: int, repeat: float
+) -> tuple[float, float]:
+    """(share of each MoE layer's experts a verify pass reads, its weight bytes over decode's)
+    at `batch` sequences of `tokens` each, when each token of a sequence after its first
+    reuses the previous token's experts with probability `repeat` and is routed
+    independently otherwise: a sequence then routes like 1 + (tokens - 1)(1 - repeat)
+    independent tokens (the roofline's form, RooflineCostModel, is repeat = 0). Decode's
+    one token per sequence is unchanged. The roofline's own pass fields are read."""
+    p = load_cost_model(get_model(model), parse_cluster(cluster))._pass  # type: ignore[attr-defined]
+
+    def touched(n: float) -> float:
+        return float(p.num_experts * -np.expm1(n * np.log1p(-p.top_k / p.num_experts)))
+
+    n_verify = batch * (1.0 + (tokens - 1) * (1.0 - repeat))
+    verify = p.dense_bytes + p.moe_layers * touched(n_verify) * p.expert_bytes
+    decode = p.dense_bytes + p.moe_layers * touched(float(batch)) * p.expert_bytes
+    return touched(n_verify) / p.num_experts, verify / decode
+
+
 def rollout_speedups(trace: Trace, cluster: str, model: str, params: RooflineParams) -> tuple[float, float]:
     """(TLT's rollout speedup over veRL, its mean acceptance length), steps 1-3."""
     spec = parse_cluster(cluster)
@@ -109,6 +132,18 @@ def main() -> None:
         print(model)
         for line in prices(model, cluster):
             print(line)
+    _, verify = tlt_strategy(4)
+    print(f"\nrouting correlation: batch 4, {verify} tokens per sequence verified; a token repeats the")
+    print("previous token's experts with probability r (else routed independently; r = 0 is the roofline's)")
+    for model in models:
+        if not get_model(model).is_moe:
+            continue
+        cells = "  ".join(
+            f"r={r:.2f}: {share:4.0%} of experts, weights {ratio:.2f}x decode"
+            for r in REPEATS
+            for share, ratio in [routed_weight_ratio(model, cluster, 4, verify, r)]
+        )
+        print(f"  {model:16s} {cells}")
     df, meta, lists = generate_trace(get_preset(PRESET), len(STEPS), 0, scale=1.0)
     trace = Trace(df=df, meta=meta, lists=lists)
     print(f"\n{PRESET} (seed 0, {cluster}), TLT over veRL, rollout, steps 1-3")

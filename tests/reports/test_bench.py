@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -214,3 +215,36 @@ def test_moe_speculation_prices():
         return float(line.split("breaks even at ")[1].split()[0])
 
     assert break_even("gpt-oss-120b") > 2 * break_even("Qwen2.5-32B") > 4
+
+
+def test_moe_routing_correlation_sensitivity():
+    """The routing-correlation table: at r = 0 it is the roofline's independent routing (the
+    weight bytes of its own verify and decode passes); more correlation reads fewer experts;
+    gpt-oss-120b's verify pass still reads most experts at r = 0.8."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import moe_speculation
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    from simctl.sim.cluster import parse_cluster
+    from simctl.sim.cost_model import load_cost_model
+    from simctl.sim.models import get_model
+
+    p = load_cost_model(get_model("gpt-oss-120b"), parse_cluster("h100x64:tp4"))._pass
+    share0, ratio0 = moe_speculation.routed_weight_ratio("gpt-oss-120b", "h100x64:tp4", 4, 48, 0.0)
+    touched = p.num_experts * (1 - (1 - p.top_k / p.num_experts) ** (4 * 48))
+    assert share0 == pytest.approx(touched / p.num_experts)
+    decode = p.num_experts * (1 - (1 - p.top_k / p.num_experts) ** 4)
+    verify_bytes = p.dense_bytes + p.moe_layers * p.expert_bytes * touched
+    decode_bytes = p.dense_bytes + p.moe_layers * p.expert_bytes * decode
+    assert ratio0 == pytest.approx(verify_bytes / decode_bytes)
+    rows = [
+        moe_speculation.routed_weight_ratio("gpt-oss-120b", "h100x64:tp4", 4, 48, r)
+        for r in (0.0, 0.5, 0.8, 0.9)
+    ]
+    assert all(a[0] >= b[0] and a[1] >= b[1] for a, b in itertools.pairwise(rows))
+    assert rows[2][0] > 0.7 and rows[2][1] > 4.0 and rows[3][1] < 0.6 * ratio0
+    # a token that always repeats its predecessor's experts routes like decode's one token
+    assert moe_speculation.routed_weight_ratio("gpt-oss-120b", "h100x64:tp4", 4, 48, 1.0)[1] == pytest.approx(
+        1.0
+    )
