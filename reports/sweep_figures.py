@@ -29,6 +29,7 @@ PARAM_METRICS = {
     "throughput_tok_s": "throughput (tok/s)",
     "gpu_seconds": "GPU-seconds",
     "accept_len": "accept length",
+    "speedup_vs_verl": "speedup over veRL",
 }
 MAX_LINES = 8
 
@@ -120,7 +121,7 @@ def param_figure(
     lines = list(rows.groupby(key, sort=False, dropna=False)) if key else [((), rows)]
     numeric = pd.api.types.is_numeric_dtype(rows[col]) and not pd.api.types.is_bool_dtype(rows[col])
     cats = list(dict.fromkeys(rows[col].dropna().tolist()))
-    metrics = [m for m in PARAM_METRICS if rows[m].notna().any()]
+    metrics = [m for m in PARAM_METRICS if m in rows and rows[m].notna().any()]
     fig, axes = subplots(1, len(metrics), height_in=3.2)
     labels = [_label(key, k) for k, _ in lines[:MAX_LINES]]
     styles = series_styles(labels)
@@ -142,6 +143,11 @@ def param_figure(
     caption = (
         f"Policy {policy}, parameter {param}: median (line) and 95% band (2.5-97.5th percentile) "
         f"over seeds and steps; one line per {', '.join(key) or 'sweep'}{more}."
+        + (
+            " Speedup over veRL divides veRL's makespan on the same step and seed by the point's."
+            if "speedup_vs_verl" in metrics
+            else ""
+        )
     )
     return SweepFigure(save(fig, path), f"{policy}: {param}", caption)
 

@@ -5,7 +5,8 @@ steps, cluster, gpus, model, max_num_seqs, policy, one `param_<name>` column per
 the spec sets, seed; `model` is the target replayed, the trace's own unless the spec's
 `models` names one; `max_num_seqs` the engine's batch limit per worker; `cost_model`
 "roofline" or the measured profile the spec names) and
-every metric (means over the point's steps). `DIR/sweep_steps.parquet`: the same metrics
+every metric (means over the point's steps; `speedup_vs_verl` is the veRL point's mean
+makespan over this one's, on the same axes and seed). `DIR/sweep_steps.parquet`: the same metrics
 per point and step (the report's bands). Both are written atomically. Wall and CPU time
 columns (`TIME_COLUMNS`) are the only ones that differ between two runs of one sweep.
 """
@@ -26,6 +27,9 @@ from simctl.traces.atomic import atomic_write
 from simctl.traces.run_format import RUN_JSON
 
 PARAM_PREFIX = "param_"
+BASELINE = "verl"  # the policy `speedup_vs_verl` divides by
+# what a point and its baseline share (the policy and its parameters aside)
+PAIRED_ON = ["trace", "steps", "cluster", "model", "max_num_seqs", "cost_model", "seed"]
 AXIS_COLUMNS = (
     "trace",
     "steps",
@@ -118,6 +122,16 @@ def _frame(rows: list[dict[str, Any]], params: list[str]) -> pd.DataFrame:
     return df
 
 
+def add_speedup(df: pd.DataFrame, keys: list[str]) -> None:
+    """`speedup_vs_verl`: the veRL point's makespan over this one's, paired on `keys` (the
+    same requests, cluster, target, batch limit, costs and seed: a seed draws the same
+    lengths and acceptance luck for both, so the ratio carries less sampling noise than a
+    ratio of medians). NaN where the sweep has no such veRL point."""
+    base = df[df["policy_spec"] == BASELINE].drop_duplicates(keys).set_index(keys)["makespan_s"]
+    paired = df.join(base.rename("_baseline"), on=keys)["_baseline"]
+    df["speedup_vs_verl"] = paired.to_numpy(dtype=float) / df["makespan_s"].to_numpy(dtype=float)
+
+
 def sweep_tables(spec: SweepSpec, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per point, per point and step) from the points' run directories."""
     rows, step_rows = _rows(spec, out)
@@ -127,6 +141,8 @@ def sweep_tables(spec: SweepSpec, out: Path) -> tuple[pd.DataFrame, pd.DataFrame
         df["seed"] = df["seed"].astype("int64")
         df["max_num_seqs"] = df["max_num_seqs"].astype("int64")
     table["n_steps"] = table["n_steps"].astype("int64")
+    add_speedup(table, PAIRED_ON)
+    add_speedup(steps, [*PAIRED_ON, "step"])
     return table, steps
 
 

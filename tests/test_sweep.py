@@ -801,3 +801,24 @@ def test_profile_without_a_policys_drafter_is_refused_before_running(tmp_path: P
         f"{path}: sweep.profile = 'p.json': profile p.json: no 'draft:history' measurements (has: none); "
         "calibrate the drafter the policy uses or drop --profile (policies.rhymerl)"
     )
+
+
+def test_speedup_pairs_each_point_with_verl_on_the_same_seed(pool_sweep) -> None:
+    """`speedup_vs_verl` divides the veRL point's makespan by the point's, on the same
+    trace, steps, cluster and seed (per step in the steps table); veRL's own is 1."""
+    out, table = pool_sweep
+    steps = pd.read_parquet(out / "sweep_steps.parquet")
+    verl = table[table["policy_spec"] == "verl"].set_index("seed")["makespan_s"]
+    for _, row in table.iterrows():
+        assert row["speedup_vs_verl"] == pytest.approx(verl[row["seed"]] / row["makespan_s"], rel=1e-12)
+    assert (table.loc[table["policy_spec"] == "verl", "speedup_vs_verl"] == 1.0).all()
+    assert (table.loc[table["policy"] == "ngram", "speedup_vs_verl"] != 1.0).all()
+    by_step = steps[steps["policy_spec"] == "verl"].set_index(["seed", "step"])["makespan_s"]
+    for _, row in steps.iterrows():
+        expected = by_step[row["seed"], row["step"]] / row["makespan_s"]
+        assert row["speedup_vs_verl"] == pytest.approx(expected, rel=1e-12)
+    alone = table[table["policy"] == "ngram"].copy()
+    from simctl.sweep_table import PAIRED_ON, add_speedup
+
+    add_speedup(alone, PAIRED_ON)  # no veRL point to pair with
+    assert alone["speedup_vs_verl"].isna().all()
