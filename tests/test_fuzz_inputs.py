@@ -305,6 +305,25 @@ def test_hostile_profiles(tmp_path: Path, good_trace: Path, text: str) -> None:
     assert_clean_failure(result, out, js)
 
 
+@FUZZ
+@given(text=hostile_profile())
+def test_hostile_profiles_in_a_sweep_spec(tmp_path: Path, good_trace: Path, text: str) -> None:
+    """A sweep's `profile` is checked as replay's --profile is: accepted, or one
+    SweepSpecError line naming the key."""
+    from simctl.sweep_spec import SweepSpecError, spec_from_data
+
+    (tmp_path / "p.json").write_text(text)
+    raw = {"sweep": {"traces": [str(good_trace)], "clusters": ["a100x8:tp1"], "profile": "p.json"}}
+    try:
+        spec = spec_from_data({**raw, "policies": {"verl": {}}}, tmp_path / "sweep.toml")
+    except SweepSpecError as exc:
+        message = str(exc)
+        assert "\n" not in message, message
+        assert "sweep.profile = 'p.json'" in message or "sweep.clusters = 'a100x8:tp1'" in message, message
+    else:
+        assert spec.points[0].profile_doc == json.loads(text)
+
+
 # ------------------------------------------------------------------------ output paths
 
 
