@@ -6,7 +6,7 @@
     traces = ["traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"]
     steps = "0:2"                  # or a list: ["0:2", "2:4"]; default every step
     clusters = ["a100x8:tp1"]      # default ["h100x512"]
-    models = ["gpt-oss-120b"]      # optional: replay with these targets instead of the trace's
+    models = ["trace", "gpt-oss-120b"]  # optional: targets to replay with ("trace": its own)
     max_num_seqs = [64, 256]       # engine batch limit per worker; default [256] (vLLM's)
     profile = "h100-qwen7b.json"   # optional: measured costs (`simctl calibrate`), not the roofline
     seeds = [0, 1]                 # default [0]
@@ -77,6 +77,8 @@ from simctl.traces.validate import load_valid_trace
 SWEEP_KEYS = ("traces", "steps", "clusters", "models", "max_num_seqs", "seeds", "zip", "profile")
 AXES = ("traces", "steps", "clusters", "models", "max_num_seqs", "seeds")
 DEFAULT_MAX_NUM_SEQS = EngineConfig().max_num_seqs
+# `models` entry naming each trace's own model (a config folder called so: "./trace")
+TRACE_MODEL = "trace"
 # (a batch limit above this is a typo: no engine holds a million sequences per worker)
 MAX_NUM_SEQS_LIMIT = 1 << 20
 DEFAULT_CLUSTER = "h100x512"
@@ -202,7 +204,7 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
         "traces": checker.strings(sweep["traces"], "sweep.traces"),
         "steps": [str(s) for s in checker.steps(sweep.get("steps", ALL_STEPS))],
         "clusters": checker.strings(sweep.get("clusters", DEFAULT_CLUSTER), "sweep.clusters"),
-        "models": checker.strings(sweep["models"], "sweep.models") if "models" in sweep else [""],
+        "models": checker.models(sweep["models"]) if "models" in sweep else [""],
         "max_num_seqs": checker.batch_limits(sweep.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)),
         "seeds": checker.seeds(sweep.get("seeds", 0)),
     }
@@ -317,6 +319,10 @@ class _Checker:
             if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < 2**63:
                 raise self.fail(f"sweep.seeds = {_show(item)}", "expected an integer >= 0")
         return items
+
+    def models(self, value: Any) -> list[str]:
+        """The target labels; `TRACE_MODEL` stands for each trace's own model ("")."""
+        return ["" if m == TRACE_MODEL else m for m in self.strings(value, "sweep.models")]
 
     def batch_limits(self, value: Any) -> list[int]:
         items = self.listed(value, "sweep.max_num_seqs")

@@ -822,3 +822,30 @@ def test_speedup_pairs_each_point_with_verl_on_the_same_seed(pool_sweep) -> None
 
     add_speedup(alone, PAIRED_ON)  # no veRL point to pair with
     assert alone["speedup_vs_verl"].isna().all()
+
+
+def test_model_axis_names_the_traces_own_model_beside_others(tmp_path: Path) -> None:
+    """`"trace"` in `models` is each trace's own model: its points are those of a sweep
+    without the axis (same ids, same results), beside the other targets' points."""
+    path = tmp_path / "sweep.toml"
+    head = f"[sweep]\ntraces = ['{ROOT / SAMPLE}']\nsteps = '0:1'\nclusters = ['h100x8:tp1']\n"
+    path.write_text(head + "models = ['trace', 'gpt-oss-20b']\n[policies]\nverl = {}\n")
+    spec = load_spec(path)
+    assert [p.model for p in spec.points] == ["", "gpt-oss-20b"]
+    plain = spec_from_data(
+        {
+            "sweep": {"traces": [str(ROOT / SAMPLE)], "steps": "0:1", "clusters": ["h100x8:tp1"]},
+            "policies": {"verl": {}},
+        },
+        path,
+    )
+    assert spec.points[0].point_id == plain.points[0].point_id
+    out = tmp_path / "out"
+    assert run_sweep(spec, out, workers=1, use_ray=False).ran == 2
+    table, _ = sweep_tables(spec, out)
+    assert list(table["model"]) == ["Qwen2.5-7B", "gpt-oss-20b"]
+    own = run_policy(build_setup(ROOT / SAMPLE, "h100x8:tp1", None, None, "0:1", 0, False, 256), "verl")
+    assert table["makespan_s"].iloc[0] == own.steps[0].rollout_makespan_s
+    path.write_text(head + "models = ['trace', 'trace']\n[policies]\nverl = {}\n")
+    with pytest.raises(SweepSpecError, match=r'sweep\.models: lists "trace" twice'):
+        load_spec(path)
