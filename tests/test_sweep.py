@@ -735,21 +735,9 @@ def test_cli_dry_run_measures_and_writes_nothing(spec_path: Path, pool_sweep, tm
 def _profile_doc(tp: int = 1) -> dict:
     """A measured profile of Qwen2.5-7B (decode and prefill laws, as `simctl calibrate`
     writes them) on `tp` GPUs per worker."""
-    rows = [
-        {
-            "kind": k,
-            "num_seqs": b,
-            "new_tokens": b,
-            "context_tokens": b * c,
-            "gamma": 0,
-            "time_s": 0.01 + 1e-4 * b,
-        }
-        for k in ("decode", "prefill")
-        for b in (1, 8, 64)
-        for c in (128, 4096)
-    ]
-    head = {"format": "simctl-profile/1", "backend": "synthetic", "model": "qwen2.5-7b", "device": "test"}
-    return {**head, "tp": tp, "kv_capacity_tokens": 100_000, "measurements": rows}
+    from tests.test_fuzz_inputs import good_profile
+
+    return {**good_profile(), "tp": tp}
 
 
 def test_profile_prices_every_point_and_travels_as_data(tmp_path: Path) -> None:
