@@ -35,6 +35,7 @@ class SweepEstimate:
     complete: int  # points already complete in the sweep directory
     verl_s_per_request: dict[str, float]  # per trace label: veRL's measured CPU per request
     cpu_s: float  # estimated simulator CPU of the points still to run
+    cpu_by_policy: dict[str, float]  # the same per policy family, the costliest first
     longest_s: float  # the costliest of them
     workers: int
     wall_s: float  # cpu_s packed onto `workers`
@@ -50,6 +51,11 @@ class SweepEstimate:
             f"{_duration(self.cpu_s)} (policy costs relative to veRL from bench/bench_sim_speed.py)",
             f"on {self.workers} worker{'s' if self.workers != 1 else ''}: about {_duration(self.wall_s)} "
             f"(the longest point alone: {_duration(self.longest_s)})",
+            *(
+                ["by policy: " + ", ".join(f"{p} {_duration(s)}" for p, s in self.cpu_by_policy.items())]
+                if self.cpu_by_policy
+                else []
+            ),
         ]
 
 
@@ -101,7 +107,11 @@ def estimate(
         setup_s.get(p.trace, 0.0) + n * relative_cost(p.policy) * rates.get(p.trace, 0.0)
         for p, n in zip(pending, requests, strict=True)
     ]
+    by_policy: dict[str, float] = {}
+    for p, c in zip(pending, costs, strict=True):
+        by_policy[p.policy] = by_policy.get(p.policy, 0.0) + c
     return SweepEstimate(
+        cpu_by_policy=dict(sorted(by_policy.items(), key=lambda kv: -kv[1])),
         points=len(spec.points),
         by_policy=dict(Counter(p.policy for p in spec.points)),
         complete=len(spec.points) - len(pending),

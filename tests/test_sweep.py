@@ -707,6 +707,8 @@ def test_estimate_prices_each_pending_point() -> None:
     assert est.cpu_s == pytest.approx(2 * (verl + composite))
     assert est.longest_s == pytest.approx(composite)
     assert est.wall_s == pytest.approx(composite + verl)  # one composite and one verl per worker
+    assert list(est.cpu_by_policy) == ["composite", "verl"]
+    assert est.cpu_by_policy["composite"] == pytest.approx(2 * composite)
     done = {p.point_id for p in spec.points if p.policy == "composite"}
     rest = estimate(spec, done, 2, measured)
     assert rest.complete == 2 and rest.cpu_s == pytest.approx(2 * verl) and rest.wall_s == pytest.approx(verl)
@@ -724,6 +726,7 @@ def test_cli_dry_run_measures_and_writes_nothing(spec_path: Path, pool_sweep, tm
     assert lines[0] == f"{spec_path}: 8 points (verl 2, ngram 6); 0 already complete", lines
     assert "efficientrollout-qwen7b-8k-6steps.parquet" in lines[1] and " us" in lines[1]
     assert lines[3].startswith("on 2 workers: about ")
+    assert lines[4].startswith("by policy: ngram ") and ", verl " in lines[4]
     assert not out.exists()
     done = CliRunner().invoke(main, ["sweep", str(spec_path), "--dry-run", "--out", str(pool_sweep[0])])
     assert done.exit_code == 0 and "; 8 already complete" in done.output, done.output
