@@ -39,6 +39,7 @@ from simctl.reports.fig_simlive import simlive
 from simctl.reports.fig_steps import steps_figure
 from simctl.reports.fig_timeline import gantt_figures
 from simctl.reports.fig_trace import trace_figure
+from simctl.reports.fork_family import ForkedFamily
 from simctl.reports.load import Study, load_study
 from simctl.reports.page import PageInput, render
 from simctl.reports.style import RC
@@ -158,13 +159,22 @@ def _report_meta(workers: int | None, step_reason: str) -> dict:
     }
 
 
+# The worker timelines render in a forked child beside the other families where two
+# cores are free (reports/fork_family.py); False draws every family in this process.
+FORK_TIMELINES = True
+
+
 def _render_all(ctx: Context) -> tuple[list[FigureOut], Table | None]:
     """Every figure family; one that fails is listed as left out, the rest still render."""
     figures: list[FigureOut] = []
     with plt.rc_context(RC):
+        forked = ForkedFamily.start(gantt_figures, ctx, dict(RC), enabled=FORK_TIMELINES)
         for name, family in FAMILIES:
             try:
-                figures += family(ctx)
+                if family is gantt_figures and forked is not None:
+                    figures += forked.collect()
+                else:
+                    figures += family(ctx)
             except Exception as exc:  # a plotting bug must not cost the whole report
                 ctx.notes.leave_out(name, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
         try:
