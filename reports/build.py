@@ -37,7 +37,7 @@ from simctl.reports.fig_breakdown import (
 from simctl.reports.fig_dynamics import acceptance_figure, completion_figure, load_figure, speculation_figure
 from simctl.reports.fig_simlive import simlive
 from simctl.reports.fig_steps import steps_figure
-from simctl.reports.fig_timeline import gantt_figures
+from simctl.reports.fig_timeline import gantt_figures, gantt_inputs
 from simctl.reports.fig_trace import trace_figure
 from simctl.reports.fork_family import ForkedFamily
 from simctl.reports.load import Study, load_study
@@ -168,7 +168,7 @@ def _render_all(ctx: Context) -> tuple[list[FigureOut], Table | None]:
     """Every figure family; one that fails is listed as left out, the rest still render."""
     figures: list[FigureOut] = []
     with plt.rc_context(RC):
-        forked = ForkedFamily.start(gantt_figures, ctx, dict(RC), enabled=FORK_TIMELINES)
+        forked = ForkedFamily.start(gantt_figures, ctx, gantt_inputs, enabled=FORK_TIMELINES)
         for name, family in FAMILIES:
             try:
                 if family is gantt_figures and forked is not None:

@@ -281,6 +281,15 @@ def _colorbar(fig: Figure, ax: Axes, norm: Normalize) -> None:
     cbar.set_label("running requests (batch) — darker = larger batch")
 
 
+def gantt_inputs(ctx: Context) -> None:
+    """Read the tables `gantt_figures` draws from into the context's cache (so that a child
+    forked to draw them reads no file: reports/fork_family.py)."""
+    for s in ctx.series:
+        if s.run.has("timeline"):
+            ctx.step_rows(s, "timeline")
+            ctx.step_rows(s, "roles")
+
+
 def gantt_figures(ctx: Context) -> list[FigureOut]:
     out = []
     spans = [s.makespan(ctx.step) for s in ctx.series]

@@ -8,8 +8,10 @@ what the page needs: the figures' records and the notes it made. The figures are
 files the parent would have drawn (same code, same data).
 
 Only where it can pay and is safe: a POSIX fork start method and at least two cores this
-process may run on. Anything that goes wrong in the child (it died, it raised) is not an
-error: the parent draws the family itself, as it would have without a child.
+process may run on. The family's inputs are read before the fork (`prepare`), so the
+child reads no file: it only computes and draws. Anything that goes wrong in the child (it
+died, it raised, it has not answered in `CHILD_TIMEOUT_S`) is not an error: the parent
+kills it and draws the family itself, as it would have without a child.
 """
 
 from __future__ import annotations
@@ -17,13 +19,19 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
 
 from simctl.reports.context import Context, FigureOut
 from simctl.reports.errors import Notes
 
 Family = Callable[[Context], list[FigureOut]]
+
+# A child that has not answered by then is stuck (the timelines of a 4,096-GPU run draw in
+# well under a minute); the parent then draws the family itself.
+CHILD_TIMEOUT_S = 300.0
 
 # (family, context) of the render in flight: the forked child reads them from its copy of
 # this module, so neither is pickled
@@ -37,16 +45,19 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _in_child(rc: dict) -> tuple[list[FigureOut], list[str], list[tuple[str, str]]]:
-    """The family drawn in the child with fresh notes: (figures, warnings, left out)."""
-    import matplotlib.pyplot as plt
-
-    assert _JOB is not None
-    family, ctx = _JOB
-    ctx.notes = Notes()
-    with plt.rc_context(rc):
+def _child(conn: Connection) -> None:
+    """Draw the family with fresh notes (matplotlib's settings are the parent's at the
+    fork); send ("ok", figures, warnings, left out) or ("error", message)."""
+    try:
+        assert _JOB is not None
+        family, ctx = _JOB
+        ctx.notes = Notes()
         figures = family(ctx)
-    return figures, ctx.notes.warnings, ctx.notes.left_out
+        conn.send(("ok", figures, ctx.notes.warnings, ctx.notes.left_out))
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
 
 
 @dataclass
@@ -56,37 +67,55 @@ class ForkedFamily:
 
     family: Family
     ctx: Context
-    pool: ProcessPoolExecutor
-    future: Future
+    proc: BaseProcess
+    conn: Connection
 
     @classmethod
-    def start(cls, family: Family, ctx: Context, rc: dict, enabled: bool = True) -> ForkedFamily | None:
-        """The family started in a forked child; None where forking cannot pay or is not
-        available (the caller draws it in turn)."""
+    def start(
+        cls,
+        family: Family,
+        ctx: Context,
+        prepare: Callable[[Context], None] | None = None,
+        enabled: bool = True,
+    ) -> ForkedFamily | None:
+        """The family started in a forked child after `prepare(ctx)` read its inputs; None
+        where forking cannot pay or is not available (the caller draws it in turn)."""
         global _JOB
         if not enabled or _usable_cores() < 2 or "fork" not in multiprocessing.get_all_start_methods():
             return None
+        if prepare is not None:
+            prepare(ctx)
+        fork = multiprocessing.get_context("fork")
+        receive, send = fork.Pipe(duplex=False)
         _JOB = (family, ctx)
-        pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
         try:
-            future = pool.submit(_in_child, rc)
-        except Exception:  # (no process could be started)
-            pool.shutdown(wait=False, cancel_futures=True)
-            _JOB = None
+            proc = fork.Process(target=_child, args=(send,), daemon=True)
+            proc.start()
+        except OSError:  # (no process could be started)
+            receive.close()
             return None
-        return cls(family, ctx, pool, future)
+        finally:
+            send.close()  # (the child holds its own end)
+            _JOB = None
+        return cls(family, ctx, proc, receive)
 
     def collect(self) -> list[FigureOut]:
-        global _JOB
+        message: tuple[Any, ...] = ("error", "no answer")
         try:
-            figures, warnings, left_out = self.future.result()
-        except Exception:  # the child died or raised: draw it here
-            return self.family(self.ctx)
+            if self.conn.poll(CHILD_TIMEOUT_S):
+                message = self.conn.recv()
+        except (EOFError, OSError):  # the child died before answering
+            pass
         finally:
-            self.pool.shutdown(wait=True)
-            _JOB = None
+            self.conn.close()
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join()
+        if message[0] != "ok":  # draw it here
+            return self.family(self.ctx)
+        _, figures, warnings, left_out = message
         for text in warnings:
             self.ctx.notes.warn(text)
         for what, why in left_out:
             self.ctx.notes.leave_out(what, why)
-        return figures
+        return list(figures)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +15,6 @@ import simctl.reports.build as build
 from simctl.reports.context import Context, FigureOut
 from simctl.reports.errors import Notes
 from simctl.reports.fork_family import ForkedFamily, _usable_cores
-from simctl.reports.style import RC
 
 FORKS = _usable_cores() >= 2 and hasattr(os, "fork")
 
@@ -46,7 +46,9 @@ def _figure(tmp_path: Path, where: str) -> FigureOut:
 
 
 @pytest.mark.skipif(not FORKS, reason="needs fork and two cores")
-def test_child_notes_reach_the_page_and_a_failing_child_costs_nothing(tmp_path: Path) -> None:
+def test_child_notes_reach_the_page_and_a_failing_child_costs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     parent = os.getpid()
 
     def noted(ctx: Context) -> list[FigureOut]:
@@ -56,7 +58,7 @@ def test_child_notes_reach_the_page_and_a_failing_child_costs_nothing(tmp_path: 
         return [_figure(tmp_path, "child" if os.getpid() != parent else "parent")]
 
     ctx = _ctx(tmp_path)
-    forked = ForkedFamily.start(noted, ctx, dict(RC))
+    forked = ForkedFamily.start(noted, ctx)
     assert forked is not None
     assert forked.collect() == [_figure(tmp_path, "child")]
     assert ctx.notes.left_out == [("worker timeline of x", "drawn in child")]
@@ -67,7 +69,7 @@ def test_child_notes_reach_the_page_and_a_failing_child_costs_nothing(tmp_path: 
         return [_figure(tmp_path, "parent")]
 
     ctx = _ctx(tmp_path)
-    forked = ForkedFamily.start(fails_in_child, ctx, dict(RC))
+    forked = ForkedFamily.start(fails_in_child, ctx)
     assert forked is not None and forked.collect() == [_figure(tmp_path, "parent")]
     assert ctx.notes.left_out == []
 
@@ -76,11 +78,21 @@ def test_child_notes_reach_the_page_and_a_failing_child_costs_nothing(tmp_path: 
             os._exit(3)
         return [_figure(tmp_path, "parent")]
 
-    forked = ForkedFamily.start(dies, _ctx(tmp_path), dict(RC))
+    forked = ForkedFamily.start(dies, _ctx(tmp_path))
     assert forked is not None and forked.collect() == [_figure(tmp_path, "parent")]
+
+    def hangs(ctx: Context) -> list[FigureOut]:
+        if os.getpid() != parent:
+            time.sleep(60)
+        return [_figure(tmp_path, "parent")]
+
+    monkeypatch.setattr("simctl.reports.fork_family.CHILD_TIMEOUT_S", 0.5)
+    forked = ForkedFamily.start(hangs, _ctx(tmp_path))
+    assert forked is not None and forked.collect() == [_figure(tmp_path, "parent")]
+    assert not forked.proc.is_alive()  # killed, not left behind
 
 
 def test_no_child_where_it_cannot_pay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert ForkedFamily.start(lambda ctx: [], _ctx(tmp_path), dict(RC), enabled=False) is None
+    assert ForkedFamily.start(lambda ctx: [], _ctx(tmp_path), enabled=False) is None
     monkeypatch.setattr("simctl.reports.fork_family._usable_cores", lambda: 1)
-    assert ForkedFamily.start(lambda ctx: [], _ctx(tmp_path), dict(RC)) is None
+    assert ForkedFamily.start(lambda ctx: [], _ctx(tmp_path)) is None
