@@ -20,7 +20,7 @@ def _blocks() -> list[str]:
 
 def _replay_args() -> list[str]:
     main = _blocks()[0].strip()
-    assert main.startswith("python3 -m venv .venv && .venv/bin/pip install -e . && ")
+    assert main.startswith("python3 -m venv .venv && .venv/bin/pip install --no-compile -e . && ")
     args = shlex.split(main.split("&&")[-1])
     assert args[:2] == [".venv/bin/simctl", "replay"]
     return args[2:]
