@@ -169,14 +169,20 @@ def _render_all(ctx: Context) -> tuple[list[FigureOut], Table | None]:
     figures: list[FigureOut] = []
     with plt.rc_context(RC):
         forked = ForkedFamily.start(gantt_figures, ctx, gantt_inputs, enabled=FORK_TIMELINES)
-        for name, family in FAMILIES:
-            try:
-                if family is gantt_figures and forked is not None:
-                    figures += forked.collect()
-                else:
-                    figures += family(ctx)
-            except Exception as exc:  # a plotting bug must not cost the whole report
-                ctx.notes.leave_out(name, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        try:
+            for name, family in FAMILIES:
+                try:
+                    if family is gantt_figures and forked is not None:
+                        figures += forked.collect()
+                        forked = None
+                    else:
+                        figures += family(ctx)
+                except Exception as exc:  # a plotting bug must not cost the whole report
+                    why = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    ctx.notes.leave_out(name, why)
+        finally:
+            if forked is not None:  # (interrupted before its turn)
+                forked.abandon()
         try:
             sl_figs, sl_table = simlive(ctx)
             figures += sl_figs

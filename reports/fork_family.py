@@ -99,6 +99,13 @@ class ForkedFamily:
             _JOB = None
         return cls(family, ctx, proc, receive)
 
+    def abandon(self) -> None:
+        """Stop the child without using what it drew (the report failed meanwhile)."""
+        self.conn.close()
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
+
     def collect(self) -> list[FigureOut]:
         message: tuple[Any, ...] = ("error", "no answer")
         try:
@@ -107,10 +114,7 @@ class ForkedFamily:
         except (EOFError, OSError):  # the child died before answering
             pass
         finally:
-            self.conn.close()
-            if self.proc.is_alive():
-                self.proc.kill()
-            self.proc.join()
+            self.abandon()
         if message[0] != "ok":  # draw it here
             return self.family(self.ctx)
         _, figures, warnings, left_out = message

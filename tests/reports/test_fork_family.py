@@ -90,6 +90,10 @@ def test_child_notes_reach_the_page_and_a_failing_child_costs_nothing(
     forked = ForkedFamily.start(hangs, _ctx(tmp_path))
     assert forked is not None and forked.collect() == [_figure(tmp_path, "parent")]
     assert not forked.proc.is_alive()  # killed, not left behind
+    forked = ForkedFamily.start(hangs, _ctx(tmp_path))
+    assert forked is not None
+    forked.abandon()  # the report failed before the timelines' turn
+    assert not forked.proc.is_alive()
 
 
 def test_no_child_where_it_cannot_pay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
