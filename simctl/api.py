@@ -255,9 +255,9 @@ def estimate_sweep(
     `out` (if given), and the estimated simulator CPU and wall time on `workers` (default:
     this machine's cores), from veRL measured on one step per trace
     (simctl/sweep_estimate.py). Runs no point and writes nothing."""
-    from simctl.sweep_estimate import estimate
-    from simctl.sweep_runner import default_workers, is_complete, point_dir
+    from simctl.sweep_estimate import estimate, sweep_progress
+    from simctl.sweep_runner import default_workers
 
     loaded = _sweep_spec(spec, plugins)
-    done = {p.point_id for p in loaded.points if out is not None and is_complete(point_dir(Path(out), p), p)}
-    return estimate(loaded, done, workers or default_workers())
+    done, observed = sweep_progress(loaded, Path(out)) if out is not None else (set(), {})
+    return estimate(loaded, done, workers or default_workers(), observed=observed)

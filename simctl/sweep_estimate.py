@@ -14,11 +14,15 @@ before the longest point.
 
 It is a planning figure, not a promise: the relative costs were measured on one trace and
 cluster, and a policy's cost per request moves with the trace's lengths and the batch per
-worker. Nothing is written.
+worker. So where the sweep directory already holds complete points of a policy on a trace
+(a sweep resumed, or grown by new values), the pending points of that policy on that trace
+are priced at the median CPU per request those points measured instead. Nothing is written.
 """
 
 from __future__ import annotations
 
+import json
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ class SweepEstimate:
     verl_s_per_request: dict[str, float]  # per trace label: veRL's measured CPU per request
     cpu_s: float  # estimated simulator CPU of the points still to run
     cpu_by_policy: dict[str, float]  # the same per policy family, the costliest first
+    from_sweep: int  # pending points priced from complete points of their policy and trace
     longest_s: float  # the costliest of them
     workers: int
     wall_s: float  # cpu_s packed onto `workers`
@@ -48,7 +53,7 @@ class SweepEstimate:
             f"{spec_path}: {self.points} points ({counts}); {self.complete} already complete",
             f"veRL simulator CPU per request, measured here: {rates or 'not measured (nothing to run)'}",
             f"estimated simulator CPU of the {self.points - self.complete} points to run: "
-            f"{_duration(self.cpu_s)} (policy costs relative to veRL from bench/bench_sim_speed.py)",
+            f"{_duration(self.cpu_s)} ({self._priced_by()})",
             f"on {self.workers} worker{'s' if self.workers != 1 else ''}: about {_duration(self.wall_s)} "
             f"(the longest point alone: {_duration(self.longest_s)})",
             *(
@@ -57,6 +62,14 @@ class SweepEstimate:
                 else []
             ),
         ]
+
+    def _priced_by(self) -> str:
+        relative = "policy costs relative to veRL from bench/bench_sim_speed.py"
+        if not self.from_sweep:
+            return relative
+        rest = self.points - self.complete - self.from_sweep
+        own = f"{self.from_sweep} at what this sweep's complete points of their policy and trace measured"
+        return f"{own}, {rest} by {relative}" if rest else own
 
 
 def _duration(seconds: float) -> str:
@@ -91,27 +104,55 @@ def measure_verl(spec: SweepSpec, points: list[Point]) -> tuple[dict[str, float]
     return rates, setup_s
 
 
+def sweep_progress(spec: SweepSpec, out: Path) -> tuple[set[str], dict[str, float]]:
+    """Ids of the points complete in the sweep directory `out`, and the simulator CPU each
+    measured (not for a point resumed from a checkpoint: its CPU covers the later steps)."""
+    from simctl.sweep_runner import is_complete, point_dir
+    from simctl.traces.run_format import RUN_JSON
+
+    done: set[str] = set()
+    cpu: dict[str, float] = {}
+    for p in spec.points:
+        folder = point_dir(out, p)
+        if not is_complete(folder, p):
+            continue
+        done.add(p.point_id)
+        try:
+            spent = json.loads((folder / RUN_JSON).read_text())["sweep_cpu"]
+            if "resumed_after_steps" not in spent:
+                cpu[p.point_id] = float(spent["sim_cpu_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return done, cpu
+
+
 def estimate(
     spec: SweepSpec,
     complete: set[str],
     workers: int,
     measured: tuple[dict[str, float], dict[str, float]] | None = None,
+    observed: dict[str, float] | None = None,
 ) -> SweepEstimate:
     """The sweep's bill: `complete` holds the ids of points already done; `measured` veRL's
     CPU per request and per replay's setup, by trace label (None: measured now,
-    `measure_verl`). A point costs its setup plus its requests at its policy's rate."""
+    `measure_verl`); `observed` the simulator CPU of complete points, by id
+    (`sweep_progress`). A point costs its setup plus its requests at its policy's rate:
+    the median its policy's complete points on its trace measured, else the relative one."""
     pending = [p for p in spec.points if p.point_id not in complete]
     rates, setup_s = measured if measured is not None else measure_verl(spec, pending)
+    own = _observed_rates(spec, observed or {})
     requests = point_requests(pending, spec.traces)
-    costs = [
-        setup_s.get(p.trace, 0.0) + n * relative_cost(p.policy) * rates.get(p.trace, 0.0)
-        for p, n in zip(pending, requests, strict=True)
-    ]
+    costs = []
+    for p, n in zip(pending, requests, strict=True):
+        rate = own.get((p.policy, p.trace))
+        per_request = rate if rate is not None else relative_cost(p.policy) * rates.get(p.trace, 0.0)
+        costs.append(setup_s.get(p.trace, 0.0) + n * per_request)
     by_policy: dict[str, float] = {}
     for p, c in zip(pending, costs, strict=True):
         by_policy[p.policy] = by_policy.get(p.policy, 0.0) + c
     return SweepEstimate(
         cpu_by_policy=dict(sorted(by_policy.items(), key=lambda kv: -kv[1])),
+        from_sweep=sum((p.policy, p.trace) in own for p in pending),
         points=len(spec.points),
         by_policy=dict(Counter(p.policy for p in spec.points)),
         complete=len(spec.points) - len(pending),
@@ -121,3 +162,12 @@ def estimate(
         workers=workers,
         wall_s=packed_wall(costs, workers),
     )
+
+
+def _observed_rates(spec: SweepSpec, observed: dict[str, float]) -> dict[tuple[str, str], float]:
+    """(policy family, trace) -> median simulator CPU per request of its complete points."""
+    done = [p for p in spec.points if p.point_id in observed]
+    per: dict[tuple[str, str], list[float]] = {}
+    for p, n in zip(done, point_requests(done, spec.traces), strict=True):
+        per.setdefault((p.policy, p.trace), []).append(observed[p.point_id] / max(1, n))
+    return {key: statistics.median(values) for key, values in per.items()}

@@ -840,3 +840,36 @@ def test_model_axis_names_the_traces_own_model_beside_others(tmp_path: Path) -> 
     path.write_text(head + "models = ['trace', 'trace']\n[policies]\nverl = {}\n")
     with pytest.raises(SweepSpecError, match=r'sweep\.models: lists "trace" twice'):
         load_spec(path)
+
+
+def test_estimate_prices_pending_points_from_complete_ones(tmp_path: Path) -> None:
+    """A sweep grown by new values: its pending points of a policy already run on the
+    trace are priced at the median CPU per request its complete points measured; the
+    others by the relative costs. The dry run says how many were priced each way."""
+    from simctl.sweep_estimate import estimate, sweep_progress
+    from simctl.sweep_order import relative_cost
+
+    def spec(gammas: list[int], seeds: list[int]):
+        sweep = {"traces": [str(ROOT / SAMPLE)], "steps": "0:1", "clusters": ["a100x8:tp1"], "seeds": seeds}
+        return spec_from_data(
+            {"sweep": sweep, "policies": {"verl": {}, "ngram": {"gamma": gammas}}}, tmp_path / "s"
+        )
+
+    out = tmp_path / "out"
+    assert run_sweep(spec([2], [0]), out, workers=1, use_ray=False).ran == 2
+    grown = spec([2, 4], [0, 1])
+    done, observed = sweep_progress(grown, out)
+    assert len(done) == 2 and set(observed) == done and all(v > 0 for v in observed.values())
+    requests = point_requests(grown.points, grown.traces)[0]
+    by_policy = {p.policy: observed[p.point_id] / requests for p in grown.points if p.point_id in done}
+    measured = ({str(ROOT / SAMPLE): 1e-3}, {str(ROOT / SAMPLE): 0.25})
+    est = estimate(grown, done, 1, measured, observed)
+    pending = [p for p in grown.points if p.point_id not in done]
+    assert est.from_sweep == len(pending) == 4  # verl seed 1, ngram gamma 2 seed 1, gamma 4 seeds 0, 1
+    assert est.cpu_s == pytest.approx(sum(0.25 + requests * by_policy[p.policy] for p in pending))
+    guessed = estimate(grown, done, 1, measured)  # nothing observed: the relative costs
+    assert guessed.from_sweep == 0
+    assert guessed.cpu_s == pytest.approx(
+        sum(0.25 + requests * 1e-3 * relative_cost(p.policy) for p in pending)
+    )
+    assert "4 at what this sweep's complete points" in est.lines(tmp_path / "s")[2]
