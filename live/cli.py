@@ -193,6 +193,7 @@ def run_live(opts: LiveOptions) -> None:
         tp=1,
         group_size=workload.group_size,
         temperature=e.temperature,
+        max_num_seqs=e.max_num_seqs,
     )
     check_faults(opts, workload)
     spec = backend_spec(e, workload, budget)

@@ -58,7 +58,6 @@ from simctl.policies.params import Flag, Float, Int, Method, OneOf, OrNone, Para
 from simctl.policies.seer_scheduler import (
     CHUNK_TOKENS,
     KV_MARGIN,
-    MAX_SEQS,
     MIN_CHUNK_TOKENS,
     ORDERINGS,
     Ordering,
@@ -83,7 +82,7 @@ class ReplicaAwareScheduler(SeerScheduler):
         self,
         ordering: Ordering = "context",
         chunk_tokens: int = CHUNK_TOKENS,
-        max_seqs: int = MAX_SEQS,
+        max_seqs: int = 0,
         kv_margin: float = KV_MARGIN,
         seed: int = 0,
         min_chunk_tokens: int = MIN_CHUNK_TOKENS,

@@ -321,6 +321,9 @@ class ModelInfo:
     tp: int
     group_size: int
     temperature: float
+    # the engine's batch limit per worker (vLLM's max_num_seqs): a scheduler that holds
+    # requests centrally hands a worker no more than it runs at once
+    max_num_seqs: int = 256
 
 
 class ClusterView(Protocol):

@@ -21,7 +21,10 @@ Orderings of the buffer (`ordering`):
   chunk units) goes first: §4.3's hedge against skewed estimates.
 - "oracle": longest true length first (view.oracle_length; §6.4.1 "Oracle").
 
-Choices the paper leaves open: `max_seqs` = vLLM's default concurrency limit per worker;
+Choices the paper leaves open: `max_seqs` = the engine's concurrency limit per worker
+(vLLM's max_num_seqs, `view.info.max_num_seqs`, unless given): a worker is handed no more
+requests than it runs at once, so the rest wait in the global queue, where the scheduler
+can still order them;
 KV budgets keep `kv_margin` (2%) free, beyond vLLM's 1% admission watermark; re-dispatch
 goes to the least-loaded worker whether or not it held the request before.
 """
@@ -89,7 +92,7 @@ class SeerScheduler(Policy):
         self,
         ordering: Ordering = "context",
         chunk_tokens: int = CHUNK_TOKENS,
-        max_seqs: int = MAX_SEQS,
+        max_seqs: int = 0,
         kv_margin: float = KV_MARGIN,
         seed: int = 0,
         min_chunk_tokens: int = MIN_CHUNK_TOKENS,
@@ -97,7 +100,9 @@ class SeerScheduler(Policy):
         self.ordering = ordering
         self.chunk_tokens = int(chunk_tokens)
         self.min_chunk_tokens = max(1, min(int(min_chunk_tokens), self.chunk_tokens))
-        self.max_seqs = int(max_seqs)
+        # 0: the engine's limit, read at each step's start (`max_seqs` is then the one used)
+        self.max_seqs_given = int(max_seqs)
+        self.max_seqs = self.max_seqs_given or MAX_SEQS
         self.kv_margin = float(kv_margin)
         self.seed = int(seed)
         self.name = f"seer-scheduler-{ordering}"
@@ -136,6 +141,7 @@ class SeerScheduler(Policy):
     def _start(self, requests: Sequence[RequestId], view: ClusterView) -> None:
         self._groups, self._group_of, self._rest, self._queue, self._lfs = {}, {}, {}, [], []
         self._generated = {}
+        self.max_seqs = self.max_seqs_given or view.info.max_num_seqs
         self._loads = [WorkerLoad() for _ in range(view.num_workers)]
         self._caps = [view.worker(w).kv_capacity_tokens for w in range(view.num_workers)]
         # what each sequence holds besides its context (sliding-window layers): reserved too
@@ -308,8 +314,8 @@ class SchedulerParams(PolicyParams):
         int, Param(Int(1, 1 << 24), "smallest chunk a KV budget may shrink one to")
     ] = MIN_CHUNK_TOKENS
     max_seqs: Annotated[
-        int, Param(Int(1, 1 << 16), "concurrent requests per worker (vLLM's max_num_seqs)")
-    ] = MAX_SEQS
+        int, Param(Int(0, 1 << 16), "concurrent requests per worker (0: the engine's max_num_seqs)")
+    ] = 0
     kv_margin: Annotated[
         float,
         Param(Float(-1.0, 1.0, lo_open=True, hi_open=True), "share of each worker's KV cache kept free"),

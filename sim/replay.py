@@ -77,6 +77,7 @@ class ReplaySetup:
             tp=self.cluster.tp,
             group_size=m.group_size,
             temperature=m.temperature,
+            max_num_seqs=self.engine.max_num_seqs,
         )
 
 
