@@ -17,7 +17,6 @@ kills it and draws the family itself, as it would have without a child.
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -26,6 +25,7 @@ from typing import Any
 
 from simctl.reports.context import Context, FigureOut
 from simctl.reports.errors import Notes
+from simctl.sim.parallel_replay import usable_cores
 
 Family = Callable[[Context], list[FigureOut]]
 
@@ -36,13 +36,6 @@ CHILD_TIMEOUT_S = 300.0
 # (family, context) of the render in flight: the forked child reads them from its copy of
 # this module, so neither is pickled
 _JOB: tuple[Family, Context] | None = None
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # (no affinity on this platform)
-        return os.cpu_count() or 1
 
 
 def _child(conn: Connection) -> None:
@@ -81,7 +74,7 @@ class ForkedFamily:
         """The family started in a forked child after `prepare(ctx)` read its inputs; None
         where forking cannot pay or is not available (the caller draws it in turn)."""
         global _JOB
-        if not enabled or _usable_cores() < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        if not enabled or usable_cores() < 2 or "fork" not in multiprocessing.get_all_start_methods():
             return None
         if prepare is not None:
             prepare(ctx)

@@ -851,17 +851,22 @@ class ProfiledCostModel:
         that drafts with one of them cannot be priced (checked before it starts)."""
         return sorted({f"draft:{d}" for d in drafters} - set(self.coefficients))
 
+    def unpriced(self, kind: str) -> str:
+        """The one-line error of a run that drafts with `kind` (`draft:<drafter>`), which
+        this profile has no measurements of."""
+        have = ", ".join(k for k in self.coefficients if k.startswith("draft:")) or "none"
+        source = self.meta.get("source") or "profile"
+        return (
+            f"profile {source}: no {kind!r} measurements (has: {have}); "
+            "calibrate the drafter the policy uses or drop --profile"
+        )
+
     def draft_time(
         self, drafter: str, num_seqs: ArrayLike, context_tokens: ArrayLike, gamma: ArrayLike
     ) -> np.ndarray:
         kind = f"draft:{drafter}"
         if kind not in self.coefficients:
-            have = ", ".join(k for k in self.coefficients if k.startswith("draft:")) or "none"
-            source = self.meta.get("source") or "profile"
-            raise CostModelError(
-                f"profile {source}: no {kind!r} measurements (has: {have}); "
-                "calibrate the drafter the policy uses or drop --profile"
-            )
+            raise CostModelError(self.unpriced(kind))
         step = self._law(kind, num_seqs, num_seqs, context_tokens)
         return np.asarray(gamma, dtype=np.float64) * step
 
@@ -968,6 +973,13 @@ def profile_cost_model(doc: Any, name: str, model: ModelSpec, cluster: ClusterSp
     the model and TP it prices: a sweep sends the document to its tasks, which need not see
     the file."""
     prof = ProfiledCostModel.from_dict(doc, source=name)
+    check_profile(prof, name, model, cluster)
+    return prof
+
+
+def check_profile(prof: ProfiledCostModel, name: str, model: ModelSpec, cluster: ClusterSpec) -> None:
+    """CostModelError where profile `prof` (named `name`) was not measured for `model` on
+    the cluster's workers (their TP; data-parallel workers are not profiled)."""
     if cluster.dp > 1:
         raise CostModelError(
             f"profile {name}: measured on tp={prof.meta.get('tp')} workers, but the cluster runs "
@@ -985,4 +997,3 @@ def profile_cost_model(doc: Any, name: str, model: ModelSpec, cluster: ClusterSp
         raise CostModelError(
             f"profile {name}: field 'model'={prof.meta.get('model')!r} but the run simulates {model.name}"
         )
-    return prof

@@ -21,6 +21,14 @@ from typing import Any, TypeVar
 Run = TypeVar("Run")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def single_threaded() -> None:
     """Pool processes keep numeric libraries to one thread: the processes use the cores."""
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -168,14 +168,7 @@ def profile_gap(policy: Policy, offered: frozenset[str], cost: CostModel) -> str
         return None
     used = sorted(policy.draft_methods_used & offered)
     missing = cost.missing_drafters(DRAFTERS[m] for m in used if m in DRAFTERS)
-    if not missing:
-        return None
-    have = ", ".join(k for k in cost.coefficients if k.startswith("draft:")) or "none"
-    source = cost.meta.get("source") or "profile"
-    return (
-        f"profile {source}: no {missing[0]!r} measurements (has: {have}); "
-        "calibrate the drafter the policy uses or drop --profile"
-    )
+    return cost.unpriced(missing[0]) if missing else None
 
 
 def run_policy(

@@ -255,9 +255,6 @@ def estimate_sweep(
     `out` (if given), and the estimated simulator CPU and wall time on `workers` (default:
     this machine's cores), from veRL measured on one step per trace
     (simctl/sweep_estimate.py). Runs no point and writes nothing."""
-    from simctl.sweep_estimate import estimate, sweep_progress
-    from simctl.sweep_runner import default_workers
+    from simctl.sweep_estimate import estimate_in
 
-    loaded = _sweep_spec(spec, plugins)
-    done, observed = sweep_progress(loaded, Path(out)) if out is not None else (set(), {})
-    return estimate(loaded, done, workers or default_workers(), observed=observed)
+    return estimate_in(_sweep_spec(spec, plugins), None if out is None else Path(out), workers)

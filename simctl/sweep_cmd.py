@@ -151,13 +151,10 @@ def sweep_cmd(
 def _dry_run(spec_path: Path, out: Path | None, workers: int | None, plugins: tuple[str, ...]) -> None:
     """`--dry-run`: the spec checked, its points counted and the sweep's time estimated
     (simctl/sweep_estimate.py); the sweep directory, if named, is only read."""
-    from simctl.sweep_estimate import estimate, sweep_progress
+    from simctl.sweep_estimate import estimate_in
 
     spec = load_spec(spec_path, plugins)
-    done: set[str] = set()
-    observed: dict[str, float] = {}
     if out is not None:
         check_sweep_dir(out, spec_path)
-        done, observed = sweep_progress(spec, out)
-    for line in estimate(spec, done, workers or default_workers(), observed=observed).lines(spec_path):
+    for line in estimate_in(spec, out, workers).lines(spec_path):
         click.echo(line)

@@ -21,7 +21,6 @@ are priced at the median CPU per request those points measured instead. Nothing 
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections import Counter
@@ -90,8 +89,10 @@ def measure_verl(spec: SweepSpec, points: list[Point]) -> tuple[dict[str, float]
     rates: dict[str, float] = {}
     setup_s: dict[str, float] = {}
     for point in points:
+        if point.trace in rates:
+            continue
         counts = point_step_requests([point], spec.traces)[0]
-        if point.trace in rates or not counts:
+        if not counts:
             continue
         first = min(counts)
         setup = point_setup(point, str(first))
@@ -107,23 +108,31 @@ def measure_verl(spec: SweepSpec, points: list[Point]) -> tuple[dict[str, float]
 def sweep_progress(spec: SweepSpec, out: Path) -> tuple[set[str], dict[str, float]]:
     """Ids of the points complete in the sweep directory `out`, and the simulator CPU each
     measured (not for a point resumed from a checkpoint: its CPU covers the later steps)."""
-    from simctl.sweep_runner import is_complete, point_dir
-    from simctl.traces.run_format import RUN_JSON
+    from simctl.sweep_runner import complete_doc, point_dir
 
     done: set[str] = set()
     cpu: dict[str, float] = {}
     for p in spec.points:
-        folder = point_dir(out, p)
-        if not is_complete(folder, p):
+        doc = complete_doc(point_dir(out, p), p)
+        if doc is None:
             continue
         done.add(p.point_id)
         try:
-            spent = json.loads((folder / RUN_JSON).read_text())["sweep_cpu"]
+            spent = doc["sweep_cpu"]
             if "resumed_after_steps" not in spent:
                 cpu[p.point_id] = float(spent["sim_cpu_s"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             continue
     return done, cpu
+
+
+def estimate_in(spec: SweepSpec, out: Path | None, workers: int | None) -> SweepEstimate:
+    """`estimate` of the points not complete in sweep directory `out` (None: none is), on
+    `workers` (None: this machine's cores): the dry run of the command and of the API."""
+    from simctl.sweep_runner import default_workers
+
+    done, observed = sweep_progress(spec, out) if out is not None else (set(), {})
+    return estimate(spec, done, workers or default_workers(), observed=observed)
 
 
 def estimate(

@@ -43,6 +43,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
+from simctl.sim.parallel_replay import usable_cores
 from simctl.sweep_checkpoint import CHECKPOINT_S, checkpoint_dir, code_fingerprint
 from simctl.sweep_order import longest_first, point_step_requests, point_work
 from simctl.sweep_progress import SweepTally, step_file
@@ -287,11 +288,18 @@ def point_dir(out: Path, point: Point) -> Path:
 
 def is_complete(path: Path, point: Point) -> bool:
     """The point's run directory is there, whole, and records this very point."""
+    return complete_doc(path, point) is not None
+
+
+def complete_doc(path: Path, point: Point) -> dict[str, Any] | None:
+    """The run.json of the point's directory where it is complete (`is_complete`), else None."""
     try:
         doc = json.loads((path / RUN_JSON).read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and doc.get(POINT_KEY) == json.loads(json.dumps(point.record()))
+        return None
+    if isinstance(doc, dict) and doc.get(POINT_KEY) == json.loads(json.dumps(point.record())):
+        return doc
+    return None
 
 
 def make_task(out: Path, point: Point, command: str, checkpoint_s: float | None = None) -> PointTask:
@@ -600,10 +608,7 @@ def ray_available() -> bool:
 
 def default_workers() -> int:
     """This machine's cores (those this process may run on)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 @dataclass

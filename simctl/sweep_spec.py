@@ -51,7 +51,7 @@ import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from simctl.policies.compose import drafting_gap
 from simctl.policies.family import Family
@@ -61,8 +61,8 @@ from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import (
     CostModelError,
     ProfiledCostModel,
+    check_profile,
     load_cost_model,
-    profile_cost_model,
     read_profile,
 )
 from simctl.sim.engine_config import EngineConfig
@@ -142,6 +142,15 @@ class Point:
         text = json.dumps(self.record(), sort_keys=True)
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         return f"{re.sub(r'[^A-Za-z0-9_-]+', '_', self.policy)}-{digest}"
+
+
+class SweepProfile(NamedTuple):
+    """The sweep's measured cost profile: as the spec names it, its JSON (what the tasks
+    receive) and its cost model (built once, to check it against clusters and policies)."""
+
+    label: str
+    doc: Any
+    model: ProfiledCostModel
 
 
 @dataclass
@@ -268,7 +277,6 @@ class _Checker:
 
     path: Path
     plugins: dict[str, tuple[Family[Any], str]] = field(default_factory=dict)
-    _profile_model: ProfiledCostModel | None = None
 
     def fail(self, key: str, problem: str) -> SweepSpecError:
         return SweepSpecError(f"{self.path}: {key}: {problem}" if key else f"{self.path}: {problem}")
@@ -390,25 +398,18 @@ class _Checker:
     def cluster_text(self, label: str) -> str:
         return str(self.resolve(label)) if label.endswith(".toml") else label
 
-    def profile(self, value: Any) -> tuple[str, Any]:
-        """(label, parsed JSON) of the sweep's measured cost profile, a valid one."""
+    def profile(self, value: Any) -> SweepProfile:
+        """The sweep's measured cost profile, a valid one, built once."""
         if not isinstance(value, str) or not value:
             raise self.fail(f"sweep.profile = {_show(value)}", "expected the path of a profile file")
         key = f"sweep.profile = {value!r}"
         try:
             doc = read_profile(self.resolve(value))
-            ProfiledCostModel.from_dict(doc, source=Path(value).name)
+            return SweepProfile(value, doc, ProfiledCostModel.from_dict(doc, source=Path(value).name))
         except CostModelError as exc:
             raise self.fail(key, (str(exc).splitlines() or ["invalid"])[0]) from None
-        return value, doc
 
-    def profile_model(self, profile: tuple[str, Any]) -> ProfiledCostModel:
-        """The profile's cost model, built once (its local fits cost more than a check)."""
-        if self._profile_model is None:
-            self._profile_model = ProfiledCostModel.from_dict(profile[1], source=Path(profile[0]).name)
-        return self._profile_model
-
-    def cluster(self, label: str, models: list[ModelSpec], profile: tuple[str, Any] | None = None) -> None:
+    def cluster(self, label: str, models: list[ModelSpec], profile: SweepProfile | None = None) -> None:
         """The cluster parses and every target model fits its workers (and the profile, if
         any, was measured for the cluster's TP and each target)."""
         key = f"sweep.clusters = {label!r}"
@@ -417,7 +418,7 @@ class _Checker:
             for model in models:
                 load_cost_model(model, spec, None)
                 if profile is not None:
-                    profile_cost_model(profile[1], Path(profile[0]).name, model, spec)
+                    check_profile(profile.model, Path(profile.label).name, model, spec)
         except (ValueError, OSError) as exc:
             raise self.fail(key, (str(exc).splitlines() or ["invalid"])[0]) from None
 
@@ -511,7 +512,7 @@ class _Checker:
         params: dict[str, Any],
         trace: Trace,
         models: Mapping[str, tuple[str, dict[str, Any] | None]],
-        profile: tuple[str, Any] | None = None,
+        profile: SweepProfile | None = None,
     ) -> Point:
         spec = policy_spec(family, params)
         task_spec = ""
@@ -523,9 +524,9 @@ class _Checker:
         if gap:
             raise self.fail(f"sweep.traces = {combo['traces']!r}", f"{gap} (policies.{family.name})")
         if profile is not None:
-            unpriced = profile_gap(policy, trace_draft_methods(trace), self.profile_model(profile))
+            unpriced = profile_gap(policy, trace_draft_methods(trace), profile.model)
             if unpriced:
-                raise self.fail(f"sweep.profile = {profile[0]!r}", f"{unpriced} (policies.{family.name})")
+                raise self.fail(f"sweep.profile = {profile.label!r}", f"{unpriced} (policies.{family.name})")
         return Point(
             trace=combo["traces"],
             trace_path=str(self.resolve(combo["traces"])),
@@ -541,8 +542,8 @@ class _Checker:
             model_name=models[combo["models"]][0] if combo["models"] else "",
             model_config=models[combo["models"]][1] if combo["models"] else None,
             max_num_seqs=combo["max_num_seqs"],
-            profile=profile[0] if profile else "",
-            profile_doc=profile[1] if profile else None,
+            profile=profile.label if profile else "",
+            profile_doc=profile.doc if profile else None,
         )
 
 

@@ -14,9 +14,9 @@ import pytest
 import simctl.reports.build as build
 from simctl.reports.context import Context, FigureOut
 from simctl.reports.errors import Notes
-from simctl.reports.fork_family import ForkedFamily, _usable_cores
+from simctl.reports.fork_family import ForkedFamily, usable_cores
 
-FORKS = _usable_cores() >= 2 and hasattr(os, "fork")
+FORKS = usable_cores() >= 2 and hasattr(os, "fork")
 
 
 def _report(run_dir: Path, out: Path, fork: bool, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -98,5 +98,5 @@ def test_child_notes_reach_the_page_and_a_failing_child_costs_nothing(
 
 def test_no_child_where_it_cannot_pay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert ForkedFamily.start(lambda ctx: [], _ctx(tmp_path), enabled=False) is None
-    monkeypatch.setattr("simctl.reports.fork_family._usable_cores", lambda: 1)
+    monkeypatch.setattr("simctl.reports.fork_family.usable_cores", lambda: 1)
     assert ForkedFamily.start(lambda ctx: [], _ctx(tmp_path)) is None
