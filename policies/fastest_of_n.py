@@ -34,6 +34,7 @@ Choices (constructor keywords / `start` arguments):
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,7 +57,6 @@ from simctl.policies.contract import (
     WorkerId,
     WorkerIdle,
 )
-from simctl.policies.speactor_model import has_room, least_loaded
 
 MAX_BATCH = 32  # SpecActor's bound on a Fastest-of-N worker's verification batch
 
@@ -123,9 +123,12 @@ class FastestOfN(Policy):
         self.clients: dict[WorkerId, list[WorkerId]] = {}  # lent worker -> the workers it serves
         for v, d in self.reserved_for.items():
             self.clients.setdefault(d, []).append(v)
+        # the lent workers not free yet, in the order a scan of `reserved` visits them
+        self.lent_pending: list[WorkerId] = list(self.reserved)
         self.free: set[WorkerId] = set()
         self.taken: dict[str, np.ndarray] = {}  # method -> by position: a copy runs it
         self.workers_by_method: dict[str, list[WorkerId]] = {}
+        self._dedicated: tuple[int, set[WorkerId]] = (0, set())  # (workers listed, their set)
 
     # ------------------------------------------------------------------ events
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
@@ -144,13 +147,10 @@ class FastestOfN(Policy):
         if worker in self.reserved:
             return []
         self.free.add(worker)
-        for d in self.reserved:  # a lent worker whose clients are all done is free too
-            if d not in self.free and all(v in self.free for v in self.clients[d]):
-                self.free.add(d)
-        candidates = sorted(self.free)
+        self._free_lent()
+        dedicated = self._dedicated_workers()
+        candidates = sorted(self.free - dedicated)
         free = [w for w, n in zip(candidates, worker_loads(view, candidates), strict=True) if n == 0]
-        dedicated = {w for ws in self.workers_by_method.values() for w in ws}
-        free = [w for w in free if w not in dedicated]
         flight = self._in_flight(view, self._unsettled())
         n_active = len(flight.pos)
         if self.reserve:
@@ -177,6 +177,30 @@ class FastestOfN(Policy):
                 continue
             out.append(LaunchReplica(request=rid, worker=w, spec=spec[m]))
         return out
+
+    def _free_lent(self) -> None:
+        """A lent worker whose clients are all free is free too. The scan visits only the
+        lent workers not free yet, in the order of `reserved` (a lent worker may serve
+        another: one freed earlier in the scan counts for those after it), so the free set
+        grows as a scan of every reservation at every idle worker made it grow (tested)."""
+        pending, free = self.lent_pending, self.free
+        if not pending:
+            return
+        still = []
+        for d in pending:
+            if d not in free and all(v in free for v in self.clients[d]):
+                free.add(d)
+            elif d not in free:
+                still.append(d)
+        self.lent_pending = still
+
+    def _dedicated_workers(self) -> set[WorkerId]:
+        """Every worker dedicated to a method: rebuilt only when `workers_by_method`, which
+        only grows, gained workers (each idle worker of the tail asks)."""
+        listed = sum(len(ws) for ws in self.workers_by_method.values())
+        if listed != self._dedicated[0]:
+            self._dedicated = (listed, {w for ws in self.workers_by_method.values() for w in ws})
+        return self._dedicated[1]
 
     def _unsettled(self) -> np.ndarray:
         """Positions of the requests to read: every unfinished one, except, with a fixed
@@ -259,11 +283,14 @@ def place_replicas(
     """`speactor_model.fastest_of_n` (Algorithm 3's greedy) on requests given as positions
     in `ids`, already in visiting order, with the (request, method) pairs running kept as
     a mask per method (`taken`, updated with the placements): the same placements and
-    bookkeeping (tested)."""
+    bookkeeping (tested). The least-loaded worker of a method comes off a heap of its
+    workers (`_MethodWorkers`) instead of a scan of them per copy placed: late in a large
+    step's tail a method holds hundreds of dedicated workers and a call places thousands."""
     out = []
     free = list(free_workers)
-
-    room = {m: has_room(m, workers_by_method, load, max_batch) for m in methods}
+    pools = {m: _MethodWorkers(m, workers_by_method, load, max_batch) for m in methods}
+    # (a method's room is re-read only after a copy of it is placed, as the greedy does)
+    room = {m: pools[m].has_room() for m in methods}
     for p in ranked:
         if not free and not any(room.values()):
             break
@@ -273,14 +300,69 @@ def place_replicas(
                 running = taken[m] = np.zeros(len(ids), bool)
             if running[p] or not (free or room[m]):
                 continue
-            w = least_loaded(m, workers_by_method, free, load, max_batch)
+            w = pools[m].least_loaded(free)
             if w is None:
                 continue
             running[p] = True
             load[w] = load.get(w, 0) + 1
+            pools[m].push(w)
             out.append((int(ids[p]), m, w))
-            room[m] = has_room(m, workers_by_method, load, max_batch)
+            room[m] = pools[m].has_room()
     return out
+
+
+class _MethodWorkers:
+    """The workers serving one method with room (load below `max_batch`), as a heap on
+    (load, worker): `speactor_model.least_loaded` and `has_room` without scanning them.
+    `load` is shared by every method's heap and only grows, so an entry whose load is out
+    of date (the worker also serves another method) is refreshed when it reaches the top."""
+
+    def __init__(
+        self,
+        method: str,
+        workers_by_method: dict[str, list[WorkerId]],
+        load: dict[WorkerId, int],
+        max_batch: int,
+    ) -> None:
+        self.method, self.workers_by_method = method, workers_by_method
+        self.load, self.max_batch = load, max_batch
+        workers = workers_by_method.get(method, ())
+        self.heap = [(load.get(w, 0), w) for w in workers if load.get(w, 0) < max_batch]
+        heapq.heapify(self.heap)
+
+    def _top(self) -> tuple[int, WorkerId] | None:
+        heap, load = self.heap, self.load
+        while heap:
+            n, w = heap[0]
+            now = load.get(w, 0)
+            if now == n:
+                return heap[0]
+            heapq.heappop(heap)
+            if now < self.max_batch:
+                heapq.heappush(heap, (now, w))
+        return None
+
+    def has_room(self) -> bool:
+        return self._top() is not None
+
+    def least_loaded(self, free: list[WorkerId]) -> WorkerId | None:
+        """The least-loaded worker with room (taken off the heap; `push` puts it back),
+        else the first free worker, dedicated to the method from then on."""
+        top = self._top()
+        if top is not None:
+            heapq.heappop(self.heap)
+            return top[1]
+        if not free:
+            return None
+        w = free.pop(0)
+        self.workers_by_method.setdefault(self.method, []).append(w)
+        return w
+
+    def push(self, w: WorkerId) -> None:
+        """Put `w` back after a copy was placed on it, while it has room."""
+        n = self.load.get(w, 0)
+        if n < self.max_batch:
+            heapq.heappush(self.heap, (n, w))
 
 
 def _code(method: str | None, names: list[str], code: dict[str, int]) -> int:

@@ -170,7 +170,9 @@ def test_place_replicas_equals_the_model(data: st.DataObject) -> None:
     requests = [(r, data.draw(st.sampled_from([0.0, 0.25, 0.5, 0.9]))) for r in range(n)]
     workers_by_method: dict[str, list[int]] = {}
     for w in range(data.draw(st.integers(0, 5))):
-        workers_by_method.setdefault(data.draw(st.sampled_from(methods)), []).append(w)
+        # (a worker may serve two methods: a copy placed for one fills it for the other)
+        for m in data.draw(st.lists(st.sampled_from(methods), min_size=1, max_size=2, unique=True)):
+            workers_by_method.setdefault(m, []).append(w)
     free = list(range(10, 10 + data.draw(st.integers(0, 4))))
     load = {w: data.draw(st.integers(0, 4)) for ws in workers_by_method.values() for w in ws}
     assigned = {(r, m): 99 for r, _ in requests for m in methods if data.draw(st.integers(0, 2)) == 0}
