@@ -157,8 +157,10 @@ class FastestOfN(Policy):
             free = free[: max(0, len(free) - math.ceil(self.reserve * n_active))]
         if not n_active or not free:
             return []
-        rids = self.ids[flight.pos].tolist()
-        ladder = self.ladder if self.ladder_source is None else self.ladder_source(view, sorted(rids))
+        if self.ladder_source is None:
+            ladder = self.ladder
+        else:
+            ladder = self.ladder_source(view, sorted(self.ids[flight.pos].tolist()))
         if not ladder:
             return []
         busy = list(dedicated)
@@ -169,11 +171,14 @@ class FastestOfN(Policy):
             ranked, self.ids, order, self.taken, self.workers_by_method, free, load, self.max_batch
         )
         spec = {r.method: r.spec for r in ladder}
-        home = dict(zip(rids, flight.home.tolist(), strict=True))
         out: list[Action] = []
         for rid, m, w in picks:
-            if w == home[rid]:  # the original runs there (e.g. re-dispatched onto a pool worker)
-                self.taken[m][self.position[rid]] = False
+            at = self.position[rid]
+            # (flight.pos ascends: the request's row in the flight, found without a mapping
+            # of every request in flight, which early in the tail is most of the step)
+            if w == int(flight.home[int(flight.pos.searchsorted(at))]):
+                # the original runs there (e.g. re-dispatched onto a pool worker)
+                self.taken[m][at] = False
                 continue
             out.append(LaunchReplica(request=rid, worker=w, spec=spec[m]))
         return out
