@@ -8,7 +8,8 @@
     clusters = ["a100x8:tp1"]      # default ["h100x512"]
     models = ["trace", "gpt-oss-120b"]  # optional: targets to replay with ("trace": its own)
     max_num_seqs = [64, 256]       # engine batch limit per worker; default [256] (vLLM's)
-    profile = "h100-qwen7b.json"   # optional: measured costs (`simctl calibrate`), not the roofline
+    profile = "h100-qwen7b.json"   # optional: measured costs (`simctl calibrate`), not the roofline;
+                                   # or a list, one per TP and model: ["tp1.json", "tp2.json"]
     seeds = [0, 1]                 # default [0]
     zip = [["traces", "steps"]]    # optional: these axes advance together (not crossed)
 
@@ -28,9 +29,11 @@ as data (`model_record`), so nodes of a joined Ray cluster need not see the file
 `max_num_seqs` is the engine's batch limit per worker, as `simctl replay --max-num-seqs`
 sets it: the knob that decides the batch sizes where speculation pays, so a design is
 swept against it like a policy parameter. `profile` prices every point with a measured
-cost profile, as `simctl replay --profile` does (one file for the sweep, checked against
-every cluster's TP and every target model; like a model config, it is read once and
-travels with each task as data).
+cost profile, as `simctl replay --profile` does. One file prices every point and must fit
+every cluster's TP and every target model; a list gives each (cluster, target) pair the
+one profile measured for its TP and model (`simctl calibrate` measures one per pair), and
+a pair that none fits, or two, is an error. Like a model config, a profile is read once
+and travels with each task as data.
 
 Everything is checked before anything runs (`load_spec`): each problem is one
 `SweepSpecError` line naming the file, the key and the value.
@@ -57,7 +60,7 @@ from simctl.policies.compose import drafting_gap
 from simctl.policies.family import Family
 from simctl.policies.params import ParamError, PolicySpecError
 from simctl.policies.registry import REGISTRY
-from simctl.sim.cluster import parse_cluster
+from simctl.sim.cluster import ClusterSpec, parse_cluster
 from simctl.sim.cost_model import (
     CostModelError,
     ProfiledCostModel,
@@ -223,15 +226,24 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     traces = {label: checker.trace(label, f"sweep.traces = {label!r}", own) for label in axes["traces"]}
     resolved = {label: checker.model(label) for label in axes["models"] if label}
     models = {label: record for label, (record, _) in resolved.items()}
-    targets = [model_of_trace(t.meta, "trace") for t in traces.values()] if own else []
-    targets += [spec for _, spec in resolved.values()]
-    profile = checker.profile(sweep["profile"]) if "profile" in sweep else None
+    # every target, as points name it: (model label, trace label ("" but for a trace's own
+    # model), the target)
+    named = [("", t, model_of_trace(traces[t].meta, "trace")) for t in axes["traces"]] if own else []
+    named += [(label, "", target) for label, (_, target) in resolved.items()]
+    profiles = checker.profiles(sweep["profile"]) if "profile" in sweep else []
+    # (cluster, model label, trace label) -> the profile that prices those points
+    priced: dict[tuple[str, str, str], SweepProfile] = {}
     for label in axes["clusters"]:
-        checker.cluster(label, targets, profile)
+        cluster = checker.cluster(label, [target for _, _, target in named])
+        for model, trace_label, target in named if profiles else []:
+            priced[label, model, trace_label] = checker.match_profile(profiles, label, cluster, target)
     points = []
     for combo in _combinations(axes, groups):
         trace = combo["traces"]
         checker.select_steps(combo["steps"], trace, traces[trace])
+        profile = None
+        if profiles:
+            profile = priced[combo["clusters"], combo["models"], "" if combo["models"] else trace]
         for family, params in policies:
             points.append(checker.point(combo, family, params, traces[trace], models, profile))
             if len(points) > MAX_POINTS:
@@ -398,8 +410,21 @@ class _Checker:
     def cluster_text(self, label: str) -> str:
         return str(self.resolve(label)) if label.endswith(".toml") else label
 
+    def profiles(self, value: Any) -> list[SweepProfile]:
+        """The sweep's measured cost profiles (one path, or a list of them), each a valid
+        one, built once."""
+        if isinstance(value, str):
+            return [self.profile(value)]
+        if not isinstance(value, list) or not value:
+            raise self.fail(
+                f"sweep.profile = {_show(value)}", "expected the path of a profile file, or a list of them"
+            )
+        if len(set(map(str, value))) != len(value):
+            raise self.fail(f"sweep.profile = {_show(value)}", "a profile is listed twice")
+        return [self.profile(v) for v in value]
+
     def profile(self, value: Any) -> SweepProfile:
-        """The sweep's measured cost profile, a valid one, built once."""
+        """One measured cost profile, a valid one, built once."""
         if not isinstance(value, str) or not value:
             raise self.fail(f"sweep.profile = {_show(value)}", "expected the path of a profile file")
         key = f"sweep.profile = {value!r}"
@@ -409,18 +434,43 @@ class _Checker:
         except CostModelError as exc:
             raise self.fail(key, (str(exc).splitlines() or ["invalid"])[0]) from None
 
-    def cluster(self, label: str, models: list[ModelSpec], profile: SweepProfile | None = None) -> None:
-        """The cluster parses and every target model fits its workers (and the profile, if
-        any, was measured for the cluster's TP and each target)."""
+    def cluster(self, label: str, models: list[ModelSpec]) -> ClusterSpec:
+        """The cluster, parsed, where every target model fits its workers."""
         key = f"sweep.clusters = {label!r}"
         try:
             spec = parse_cluster(self.cluster_text(label))
             for model in models:
                 load_cost_model(model, spec, None)
-                if profile is not None:
-                    check_profile(profile.model, Path(profile.label).name, model, spec)
         except (ValueError, OSError) as exc:
             raise self.fail(key, (str(exc).splitlines() or ["invalid"])[0]) from None
+        return spec
+
+    def match_profile(
+        self, profiles: list[SweepProfile], label: str, spec: ClusterSpec, model: ModelSpec
+    ) -> SweepProfile:
+        """The one profile of `profiles` measured for `model` on the workers of cluster
+        `label` (their TP): a sweep over TPs or targets lists one profile per pair, as
+        `simctl calibrate` measures one per TP and model. None fitting, or two, is an error
+        naming the cluster (with one profile: why it does not fit)."""
+        key = f"sweep.clusters = {label!r}"
+        fits, why = [], []
+        for prof in profiles:
+            try:
+                check_profile(prof.model, Path(prof.label).name, model, spec)
+            except CostModelError as exc:
+                why.append((str(exc).splitlines() or ["invalid"])[0])
+            else:
+                fits.append(prof)
+        if len(fits) == 1:
+            return fits[0]
+        if len(profiles) == 1:
+            raise self.fail(key, why[0])
+        if fits:
+            names = " and ".join(repr(p.label) for p in fits)
+            raise self.fail(key, f"profiles {names} both price {model.name} at tp={spec.tp}; list one")
+        raise self.fail(
+            key, f"no profile of sweep.profile prices {model.name} at tp={spec.tp}: " + "; ".join(why)
+        )
 
     def select_steps(self, steps: str, label: str, trace: Trace) -> None:
         if steps == ALL_STEPS:

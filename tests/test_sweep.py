@@ -383,6 +383,11 @@ BAD = {
         "sweep.profile = 'nowhere.json': profile nowhere.json: cannot read",
     ),
     "not a profile": ("[sweep]\ntraces=['{t}']\nprofile='{spec}'\n[policies]\nverl={{}}\n", "sweep.profile"),
+    "no profiles": ("[sweep]\ntraces=['{t}']\nprofile=[]\n[policies]\nverl={{}}\n", "sweep.profile = []"),
+    "profile listed twice": (
+        "[sweep]\ntraces=['{t}']\nprofile=['a.json', 'a.json']\n[policies]\nverl={{}}\n",
+        "a profile is listed twice",
+    ),
     "bad seed": ("[sweep]\ntraces=['{t}']\nseeds=[-1]\n[policies]\nverl={{}}\n", "sweep.seeds = -1"),
     "zip lengths": (
         "[sweep]\ntraces=['{t}']\nseeds=[1,2]\nsteps=['0:1']\nzip=[['seeds','steps']]\n[policies]\nverl={{}}\n",
@@ -772,6 +777,55 @@ def test_profile_prices_every_point_and_travels_as_data(tmp_path: Path) -> None:
         load_spec(path)
     assert str(info.value) == (
         f"{path}: sweep.clusters = 'h100x8:tp2': profile p.json: field 'tp'=1 but the cluster runs tp=2"
+    )
+
+
+def test_profiles_listed_per_tp_price_each_cluster_with_its_own(tmp_path: Path) -> None:
+    """A list of profiles gives each cluster the one measured on its TP (as `simctl
+    calibrate` measures one per TP): each point equals a replay with that profile. A
+    cluster that no listed profile fits, or two fit, is refused in one line."""
+    docs = {"tp1.json": _profile_doc(tp=1), "tp2.json": _profile_doc(tp=2), "tp4.json": _profile_doc(tp=4)}
+    docs["tp2.json"]["measurements"] = [  # (other costs, so that a mix-up shows)
+        {**row, "time_s": row["time_s"] * 3} for row in docs["tp2.json"]["measurements"]
+    ]
+    docs["tp1b.json"] = docs["tp1.json"]
+    for name, doc in docs.items():
+        (tmp_path / name).write_text(json.dumps(doc))
+    path = tmp_path / "sweep.toml"
+    head = f"[sweep]\ntraces = ['{ROOT / SAMPLE}']\nsteps = '0:1'\nclusters = ['a100x8:tp1', 'h100x8:tp2']\n"
+    path.write_text(head + "profile = ['tp2.json', 'tp1.json']\n[policies]\nverl = {}\n")
+    spec = load_spec(path)
+    pairs = [("a100x8:tp1", "tp1.json"), ("h100x8:tp2", "tp2.json")]
+    assert [(p.cluster, p.profile) for p in spec.points] == pairs
+    out = tmp_path / "out"
+    assert run_sweep(spec, out, workers=1, use_ray=False).ran == 2
+    table, _ = sweep_tables(spec, out)
+    assert list(table["cost_model"]) == ["tp1.json", "tp2.json"]
+    for row, (cluster, name) in zip(table.itertuples(), pairs, strict=True):
+        setup = build_setup(ROOT / SAMPLE, cluster, tmp_path / name, None, "0:1", 0, False, 256)
+        assert row.makespan_s == run_policy(setup, "verl").steps[0].rollout_makespan_s
+    assert table["makespan_s"].iloc[0] != table["makespan_s"].iloc[1]
+    # a list of one is the single profile, message included
+    path.write_text(head + "profile = ['tp1.json']\n[policies]\nverl = {}\n")
+    with pytest.raises(SweepSpecError) as info:
+        load_spec(path)
+    assert str(info.value) == (
+        f"{path}: sweep.clusters = 'h100x8:tp2': profile tp1.json: field 'tp'=1 but the cluster runs tp=2"
+    )
+    path.write_text(head + "profile = ['tp1.json', 'tp4.json']\n[policies]\nverl = {}\n")
+    with pytest.raises(SweepSpecError) as info:
+        load_spec(path)
+    assert str(info.value) == (
+        f"{path}: sweep.clusters = 'h100x8:tp2': no profile of sweep.profile prices Qwen2.5-7B at tp=2: "
+        "profile tp1.json: field 'tp'=1 but the cluster runs tp=2; "
+        "profile tp4.json: field 'tp'=4 but the cluster runs tp=2"
+    )
+    path.write_text(head + "profile = ['tp1.json', 'tp2.json', 'tp1b.json']\n[policies]\nverl = {}\n")
+    with pytest.raises(SweepSpecError) as info:
+        load_spec(path)
+    assert str(info.value) == (
+        f"{path}: sweep.clusters = 'a100x8:tp1': profiles 'tp1.json' and 'tp1b.json' both price "
+        "Qwen2.5-7B at tp=1; list one"
     )
 
 
