@@ -42,23 +42,30 @@ class SweepFigure:
 
 
 def configs(table: pd.DataFrame) -> pd.DataFrame:
-    """Medians over seeds per configuration, in the table's order."""
+    """Medians over seeds per configuration, in the table's order (the paired speedup over
+    veRL too, where the table has it)."""
     metrics = ["makespan_s", "step_time_s", "throughput_tok_s", "tail_s", "gpu_idle_fraction"]
     metrics += ["accept_len", "gpu_seconds"]
+    metrics += [m for m in ("speedup_vs_verl",) if m in table]
     grouped = table.groupby(CONFIG, sort=False, dropna=False)[metrics].median()
     seeds = table.groupby(CONFIG, sort=False, dropna=False)["seed"].nunique().rename("seeds")
     return grouped.join(seeds).reset_index()
 
 
 def best_points(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (trace, steps, cluster, model): the configuration of least median makespan."""
+    """Per (trace, steps, cluster, model): the configuration of least median makespan, with
+    its speedup over veRL at the same engine batch limit: the median of the table's paired
+    `speedup_vs_verl`, or for a table without it the ratio of the median makespans."""
     cfg = configs(table)
     idx = cfg.groupby(GROUP, sort=False)["makespan_s"].idxmin()
     best = cfg.loc[idx.to_numpy()].reset_index(drop=True)
-    base = cfg[cfg["policy_spec"] == "verl"].set_index(GROUP)["makespan_s"]
-    best["speedup_vs_verl"] = [
-        base.get(tuple(row[g] for g in GROUP), np.nan) / row["makespan_s"] for _, row in best.iterrows()
-    ]
+    if "speedup_vs_verl" not in best:
+        # (a sweep of several batch limits has a veRL configuration per limit)
+        keys = GROUP + [a for a in ENGINE_AXES if a in cfg]
+        base = cfg[cfg["policy_spec"] == "verl"].drop_duplicates(keys).set_index(keys)["makespan_s"]
+        best["speedup_vs_verl"] = [
+            base.get(tuple(row[k] for k in keys), np.nan) / row["makespan_s"] for _, row in best.iterrows()
+        ]
     return best
 
 

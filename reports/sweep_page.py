@@ -50,6 +50,12 @@ COLUMNS = {
 }
 
 
+BEST_NOTE = (
+    "<p>vs verl: veRL's makespan over the point's on the same steps, cluster, target, batch "
+    "limit, costs and seed, median over seeds.</p>"
+)
+
+
 def _cell(value: object) -> str:
     if isinstance(value, float):
         if value != value:
@@ -144,7 +150,7 @@ def render_page(
         section(
             "best",
             "Best point per trace, cluster and model",
-            _table(best) + "".join(_figure(f, root) for f in figs["best"]),
+            _table(best) + BEST_NOTE + "".join(_figure(f, root) for f in figs["best"]),
         ),
         section("params", "Metrics against parameters", "".join(_figure(f, root) for f in figs["params"])),
         section("pareto", "Makespan against GPU-seconds", "".join(_figure(f, root) for f in figs["pareto"])),

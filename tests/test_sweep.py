@@ -675,6 +675,15 @@ def test_batch_limit_axis_replays_each_limit(tmp_path: Path) -> None:
     figures = sorted(p.name for p in (out / "report" / "figures").iterdir())
     assert figures == ["best.png", "param-ngram-max_num_seqs.png", "param-verl-max_num_seqs.png"]
     assert "<th>max seqs</th>" in page
+    # the best point's speedup pairs it with veRL at its own batch limit (one veRL per limit)
+    from simctl.reports.sweep_figures import best_points
+
+    (best,) = best_points(table).itertuples()
+    assert (best.policy_spec, best.max_num_seqs) == ("ngram:gamma=4", 256)
+    assert best.speedup_vs_verl == by["verl", 256] / by["ngram:gamma=4", 256]
+    (old,) = best_points(table.drop(columns=["speedup_vs_verl"])).itertuples()  # (older tables)
+    assert old.speedup_vs_verl == best.speedup_vs_verl
+    assert "dtype" not in page and f"<td>{best.speedup_vs_verl:.3g}</td>" in page
 
 
 def test_report_reads_tables_from_before_the_model_and_batch_axes(pool_sweep, tmp_path: Path) -> None:
