@@ -814,28 +814,25 @@ def test_profiles_listed_per_tp_price_each_cluster_with_its_own(tmp_path: Path) 
         setup = build_setup(ROOT / SAMPLE, cluster, tmp_path / name, None, "0:1", 0, False, 256)
         assert row.makespan_s == run_policy(setup, "verl").steps[0].rollout_makespan_s
     assert table["makespan_s"].iloc[0] != table["makespan_s"].iloc[1]
-    # a list of one is the single profile, message included
-    path.write_text(head + "profile = ['tp1.json']\n[policies]\nverl = {}\n")
-    with pytest.raises(SweepSpecError) as info:
-        load_spec(path)
-    assert str(info.value) == (
-        f"{path}: sweep.clusters = 'h100x8:tp2': profile tp1.json: field 'tp'=1 but the cluster runs tp=2"
-    )
-    path.write_text(head + "profile = ['tp1.json', 'tp4.json']\n[policies]\nverl = {}\n")
-    with pytest.raises(SweepSpecError) as info:
-        load_spec(path)
-    assert str(info.value) == (
-        f"{path}: sweep.clusters = 'h100x8:tp2': no profile of sweep.profile prices Qwen2.5-7B at tp=2: "
-        "profile tp1.json: field 'tp'=1 but the cluster runs tp=2; "
-        "profile tp4.json: field 'tp'=4 but the cluster runs tp=2"
-    )
-    path.write_text(head + "profile = ['tp1.json', 'tp2.json', 'tp1b.json']\n[policies]\nverl = {}\n")
-    with pytest.raises(SweepSpecError) as info:
-        load_spec(path)
-    assert str(info.value) == (
-        f"{path}: sweep.clusters = 'a100x8:tp1': profiles 'tp1.json' and 'tp1b.json' both price "
-        "Qwen2.5-7B at tp=1; list one"
-    )
+    refused = {  # (a list of one is the single profile, message included)
+        "['tp1.json']": (
+            "sweep.clusters = 'h100x8:tp2': profile tp1.json: field 'tp'=1 but the cluster runs tp=2"
+        ),
+        "['tp1.json', 'tp4.json']": (
+            "sweep.clusters = 'h100x8:tp2': no profile of sweep.profile prices Qwen2.5-7B at tp=2: "
+            "profile tp1.json: field 'tp'=1 but the cluster runs tp=2; "
+            "profile tp4.json: field 'tp'=4 but the cluster runs tp=2"
+        ),
+        "['tp1.json', 'tp2.json', 'tp1b.json']": (
+            "sweep.clusters = 'a100x8:tp1': profiles 'tp1.json' and 'tp1b.json' both price "
+            "Qwen2.5-7B at tp=1; list one"
+        ),
+    }
+    for listed, message in refused.items():
+        path.write_text(head + f"profile = {listed}\n[policies]\nverl = {{}}\n")
+        with pytest.raises(SweepSpecError) as info:
+            load_spec(path)
+        assert str(info.value) == f"{path}: {message}"
 
 
 def test_profile_without_a_policys_drafter_is_refused_before_running(tmp_path: Path) -> None:
