@@ -157,6 +157,7 @@ class FastestOfN(Policy):
             free = free[: max(0, len(free) - math.ceil(self.reserve * n_active))]
         if not n_active or not free:
             return []
+        ladder: Sequence[Rung]
         if self.ladder_source is None:
             ladder = self.ladder
         else:
