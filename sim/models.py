@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simctl.sim.model_config import essentials, model_from_config, read_config_file
 from simctl.sim.model_spec import ModelSpec, mla_attn_params
+from simctl.traces.paths import user_path
 
 if TYPE_CHECKING:
     from simctl.traces.schema import TraceMeta
@@ -400,7 +400,7 @@ for _m in MODELS.values():
 
 def _is_config_path(name: str) -> bool:
     """Whether `name` names a config file or a model directory (rather than a model)."""
-    path = Path(name).expanduser()
+    path = user_path(name)
     return name.endswith(".json") or path.is_file() or (path / "config.json").is_file()
 
 

@@ -75,10 +75,10 @@ def packed_wall(costs: Sequence[float], workers: int) -> float:
     first, each to the least loaded worker (LPT, what a pool taking points in that order
     does). No packing beats the longest point, however many workers there are.
 
-    >>> packed_wall([6.0, 1.0, 1.0, 1.0], 2), packed_wall([6.0, 1.0, 1.0, 1.0], 64)
+    >>> packed_wall([6.0, 1.0, 1.0, 1.0], 2), packed_wall([6.0, 1.0, 1.0, 1.0], 10**30)
     (6.0, 6.0)
     """
-    loads = [0.0] * max(1, workers)
+    loads = [0.0] * max(1, min(workers, len(costs)))  # (a worker beyond one per point idles)
     for c in sorted(costs, reverse=True):
         i = loads.index(min(loads))
         loads[i] += c

@@ -73,6 +73,7 @@ from simctl.sim.model_spec import ModelSpec
 from simctl.sim.models import model_from_record, model_of_trace, model_record
 from simctl.sim.replay import profile_gap, trace_draft_methods
 from simctl.traces.io import Trace, TraceError
+from simctl.traces.paths import user_path
 from simctl.traces.plugins import family as policy_family
 from simctl.traces.plugins import is_plugin_spec, known_names, make_policy, plugin_file, resolve
 from simctl.traces.validate import load_valid_trace
@@ -86,6 +87,7 @@ TRACE_MODEL = "trace"
 MAX_NUM_SEQS_LIMIT = 1 << 20
 DEFAULT_CLUSTER = "h100x512"
 ALL_STEPS = "all"
+STEPS_TEXT = r"[0-9]{0,18}:[0-9]{0,18}|[0-9]{1,18}"  # N or A:B (a step fits 63 bits)
 ZIP = "zip"
 #: A sweep larger than this is refused up front (a typo in a grid, not a design space).
 MAX_POINTS = 100_000
@@ -195,7 +197,7 @@ def command_line_plugins(specs: Sequence[str]) -> dict[str, tuple[Family[Any], s
         if not is_plugin_spec(spec) or ":" in rest:
             raise SweepSpecError(f"--plugin {spec!r}: expected module.path:Class or file.py:Class")
         if plugin_file(spec):
-            spec = f"{Path(head).expanduser().resolve()}:{rest}"
+            spec = f"{user_path(head).resolve()}:{rest}"
         try:
             family, _ = resolve(spec)
         except PolicySpecError as exc:
@@ -321,14 +323,15 @@ class _Checker:
     def strings(self, value: Any, key: str) -> list[str]:
         items = self.listed(value, key)
         for item in items:
-            if not isinstance(item, str) or not item:
-                raise self.fail(f"{key} = {_show(item)}", "expected a non-empty string")
+            if not isinstance(item, str) or not item or "\0" in item:
+                raise self.fail(f"{key} = {_show(item)}", "expected a non-empty string without NUL bytes")
         return items
 
     def steps(self, value: Any) -> list[str]:
         items = self.listed(value, "sweep.steps")
         for item in items:
-            ok = isinstance(item, str) and (item == ALL_STEPS or re.fullmatch(r"\d*:\d*|\d+", item))
+            # (ASCII digits, at most 18: int() reads them all, and a step fits 63 bits)
+            ok = isinstance(item, str) and (item == ALL_STEPS or re.fullmatch(STEPS_TEXT, item))
             if not (ok or (isinstance(item, int) and not isinstance(item, bool) and item >= 0)):
                 raise self.fail(f"sweep.steps = {_show(item)}", f"expected N, A:B or {ALL_STEPS!r}")
         return [str(i) for i in items]
@@ -358,12 +361,13 @@ class _Checker:
         used: set[str] = set()
         for group in value:
             for name in group:
-                if name not in axes:
+                if not isinstance(name, str) or name not in axes:
                     raise self.fail(
                         f"{key} = {_show(group)}", f"{_show(name)} is not one of {', '.join(axes)}"
                     )
                 if name in used:
-                    raise self.fail(f"{key} = {_show(group)}", f"{_show(name)} is in two zip groups")
+                    again = "twice in a zip group" if group.count(name) > 1 else "in two zip groups"
+                    raise self.fail(f"{key} = {_show(group)}", f"{_show(name)} is {again}")
                 used.add(name)
             lengths = {len(axes[name]) for name in group}
             if len(lengths) > 1:
@@ -373,7 +377,7 @@ class _Checker:
 
     def resolve(self, label: str) -> Path:
         """A relative file: against the spec's folder, then the current directory."""
-        given = Path(label).expanduser()
+        given = user_path(label)
         if given.is_absolute():
             return given
         beside = self.path.parent / given
@@ -398,7 +402,7 @@ class _Checker:
         """`model_record` of a target (a catalogue name, or a HF config file or directory;
         relative: against the spec's folder, then the current directory), and its model as a
         task will build it from that record."""
-        beside = self.path.parent / Path(label).expanduser()
+        beside = self.path.parent / user_path(label)
         name = str(beside.resolve()) if not Path(label).is_absolute() and beside.exists() else label
         try:
             record = model_record(name)
@@ -425,7 +429,7 @@ class _Checker:
 
     def profile(self, value: Any) -> SweepProfile:
         """One measured cost profile, a valid one, built once."""
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str) or not value or "\0" in value:
             raise self.fail(f"sweep.profile = {_show(value)}", "expected the path of a profile file")
         key = f"sweep.profile = {value!r}"
         try:

@@ -278,19 +278,67 @@ def good_profile() -> dict[str, Any]:
 @st.composite
 def hostile_profile(draw: st.DrawFn) -> str:
     doc = good_profile()
-    kind = draw(st.sampled_from(["top", "row", "text", "deep"]))
+    kind = draw(st.sampled_from(["top", "row", "every row", "text", "deep"]))
+    huge = st.sampled_from([10**400, 2**64, 1e308])  # (past a float, past int64, whose square is inf)
     if kind == "top":
-        key = draw(st.sampled_from(sorted(doc)))
-        doc[key] = draw(_VALUE)
+        key = draw(st.sampled_from([*sorted(doc), "weight_bytes_per_gpu"]))
+        doc[key] = draw(st.one_of(_VALUE, huge))
     elif kind == "row":
         row = doc["measurements"][draw(st.integers(0, len(doc["measurements"]) - 1))]
         key = draw(st.sampled_from(sorted(row)))
-        row[key] = draw(st.one_of(_VALUE, st.none()))
+        row[key] = draw(st.one_of(_VALUE, st.none(), huge))
+    elif kind == "every row":  # (one bad value in every row reaches the fit)
+        key = draw(st.sampled_from(sorted(doc["measurements"][0])))
+        value = draw(st.one_of(_NUMBER, huge))
+        for row in doc["measurements"]:
+            row[key] = value
     elif kind == "text":
         return draw(st.sampled_from(["", "{", "[]", "null", '{"format": 1}']))
     else:
         return '{"format": ' + "[" * 5_000 + "]" * 5_000 + "}"
     return json.dumps(doc)
+
+
+def _every_row(field: str, value: Any) -> dict[str, Any]:
+    doc = good_profile()
+    for row in doc["measurements"]:
+        row[field] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({**good_profile(), "weight_bytes_per_gpu": [1]}, "weight_bytes_per_gpu"),
+        ({**good_profile(), "weight_bytes_per_gpu": "abc"}, "weight_bytes_per_gpu"),
+        ({**good_profile(), "weight_bytes_per_gpu": math.nan}, "weight_bytes_per_gpu"),
+        ({**good_profile(), "weight_bytes_per_gpu": -1e12}, "weight_bytes_per_gpu"),
+        ({**good_profile(), "kv_capacity_tokens": 10**30}, "kv_capacity_tokens"),
+        (_every_row("num_seqs", 10**400), "measurements[0].num_seqs"),
+        (_every_row("time_s", 1e308), "measurements[0].time_s"),
+        (_every_row("num_seqs", 0), "measurements[0].num_seqs"),
+    ],
+    ids=[
+        "weight-list",
+        "weight-text",
+        "weight-nan",
+        "weight-negative",
+        "kv-huge",
+        "int-past-float",
+        "square-overflows",
+        "no-sequences",
+    ],
+)
+def test_profile_numbers_out_of_range_fail_in_one_line(
+    tmp_path: Path, good_trace: Path, doc: dict[str, Any], field: str
+) -> None:
+    """Numbers a profile cannot hold (past a float, squares past one, not numbers, no
+    sequences measured) are refused naming the field, not crashed on in the fit."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    result, out, js = replay(good_trace, tmp_path, "--profile", str(path), "--policy", "verl", "--steps", "0")
+    assert_clean_failure(result, out, js)
+    assert f"profile p.json: field '{field}' =" in result.output and len(result.output) < 300, result.output
 
 
 @FUZZ

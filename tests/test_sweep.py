@@ -393,6 +393,34 @@ BAD = {
         "[sweep]\ntraces=['{t}']\nseeds=[1,2]\nsteps=['0:1']\nzip=[['seeds','steps']]\n[policies]\nverl={{}}\n",
         "sweep.zip",
     ),
+    "zip of a list": (
+        "[sweep]\ntraces=['{t}']\nzip=[[['traces']]]\n[policies]\nverl={{}}\n",
+        "is not one of",
+    ),
+    "policy zip of a table": (
+        "[sweep]\ntraces=['{t}']\n[policies]\nngram={{gamma=[2, 4], zip=[[{{a=1}}]]}}\n",
+        "policies.ngram.zip",
+    ),
+    "zipped twice in a group": (
+        "[sweep]\ntraces=['{t}']\nzip=[['steps', 'steps']]\n[policies]\nverl={{}}\n",
+        "twice in a zip group",
+    ),
+    "NUL in a trace path": (
+        "[sweep]\ntraces=['{t}', \"a\\u0000b.parquet\"]\n[policies]\nverl={{}}\n",
+        "without NUL bytes",
+    ),
+    "no such user": (
+        "[sweep]\ntraces=['~no-such-user-here/x.parquet']\n[policies]\nverl={{}}\n",
+        "no such file",
+    ),
+    "steps past 63 bits": (
+        "[sweep]\ntraces=['{t}']\nsteps='" + "9" * 5000 + "'\n[policies]\nverl={{}}\n",
+        "A:B",
+    ),
+    "steps in other digits": (
+        "[sweep]\ntraces=['{t}']\nsteps='\uff10:\uff12'\n[policies]\nverl={{}}\n",
+        "A:B",
+    ),
     "repeated value": ("[sweep]\ntraces=['{t}']\n[policies]\nngram={{gamma=[2, 2]}}\n", "twice"),
     "not toml": ("[sweep\n", "not valid TOML"),
 }

@@ -43,6 +43,7 @@ from simctl.policies.contract import FILE_PLUGIN_PREFIX, Policy
 from simctl.policies.family import Family, NoParams
 from simctl.policies.params import PolicyParams, PolicySpecError, quote
 from simctl.policies.registry import REGISTRY
+from simctl.traces.paths import user_path
 
 #: The entry-point group installed distributions declare their policies in.
 ENTRY_POINT_GROUP = "simctl.policies"
@@ -87,7 +88,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _load_file(path: Path, spec: str) -> ModuleType:
-    resolved = path.expanduser().resolve()
+    resolved = user_path(path).resolve()
     if resolved in _FILE_MODULES:
         return _FILE_MODULES[resolved]
     if not resolved.is_file():
