@@ -99,8 +99,8 @@ class PhaseSeconds:
 def gpus_per_worker(s: Series) -> float:
     """A simulated worker holds `gpus_per_worker` GPUs (cluster provenance; `tp` in runs
     recorded before data-parallel attention workers existed); a live worker one device."""
-    cluster = s.run.provenance.get("cluster") or {}
-    tp = cluster.get("gpus_per_worker", cluster.get("tp")) if isinstance(cluster, dict) else None
+    cluster = s.run.cluster
+    tp = cluster.get("gpus_per_worker", cluster.get("tp"))
     return float(tp) if isinstance(tp, int) and tp > 0 else 1.0
 
 

@@ -109,7 +109,7 @@ class Context:
 
     def num_workers(self, s: Series, seen: pd.DataFrame | None = None) -> int:
         prov = s.run.provenance
-        n = (prov.get("cluster") or {}).get("num_workers") or prov.get("workers")  # sim, live
+        n = s.run.cluster.get("num_workers") or prov.get("workers")  # sim, live
         if isinstance(n, int) and n > 0:
             return n
         return int(seen["worker"].max()) + 1 if seen is not None and len(seen) else 0

@@ -62,6 +62,12 @@ class Run:
         return prov if isinstance(prov, dict) else {}
 
     @property
+    def cluster(self) -> dict[str, Any]:
+        """The cluster's provenance (a simulated run's; {} where absent or not a table)."""
+        c = self.provenance.get("cluster")
+        return c if isinstance(c, dict) else {}
+
+    @property
     def source(self) -> str:
         return str(self.provenance.get("source") or "sim")
 

@@ -158,10 +158,10 @@ def _kv(rows: list[tuple[str, Any]]) -> str:
 
 
 def _cluster_text(run: Run) -> str:
-    c = run.provenance.get("cluster") or {}
+    c = run.cluster
     if not c:
         return _e(run.doc.get("cluster", "?"))
-    gpu = (c.get("gpu") or {}).get("name", "?")
+    gpu = c["gpu"].get("name", "?") if isinstance(c.get("gpu"), dict) else "?"
     spec = f"{c['source']} = " if c.get("source") else ""
     return _e(
         f"{spec}{c.get('nodes')} nodes × {c.get('gpus_per_node')} {gpu}, tp{c.get('tp')}, "

@@ -89,3 +89,24 @@ def test_corrupt_run_json(tmp_path):
     (d / "run.json").write_text("{not json")
     with pytest.raises(ReportError, match="unreadable JSON"):
         build_report([d], tmp_path / "out")
+
+
+@pytest.mark.parametrize("bad", ["x", [1], 7, None])
+@pytest.mark.parametrize("where", ["provenance", "provenance.cluster"])
+def test_provenance_of_other_types_renders(fresh_run, tmp_path, bad, where):
+    """Every provenance field (or every field of its cluster) of another type than a run
+    writes: the page renders what it can, or the build fails in one ReportError line;
+    never a crash in the page's code."""
+    doc = json.loads((fresh_run / "run.json").read_text())
+    prov = doc["provenance"]
+    target = prov if where == "provenance" else prov["cluster"]
+    for key in list(target):
+        if key != "source" or where != "provenance":  # (the run's kind: sim or live)
+            target[key] = bad
+    (fresh_run / "run.json").write_text(json.dumps(doc))
+    try:
+        index = build_report([fresh_run], tmp_path / "out")
+    except ReportError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert index.is_file()
