@@ -518,7 +518,7 @@ def wants_tick(policy: Policy, worker: WorkerId, view: ClusterView) -> bool:
         return True
     try:
         return bool(asks(worker, view))
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # (a plug-in's sys.exit is its error too)
         _reraise(policy, f"wants_ticks(worker {worker})", exc)
 
 
@@ -538,11 +538,11 @@ def decide(policy: Policy, event: Event, view: ClusterView) -> Sequence[Action]:
     comes out as `PolicyRaised` (`plugin_failure`)."""
     try:
         return policy.on_event(event, view)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # (a plug-in's sys.exit is its error too)
         _reraise(policy, f"on_event({type(event).__name__} at t={event.time_s:.3f} s)", exc)
 
 
-def _reraise(policy: Policy, asked: str, exc: Exception) -> NoReturn:
+def _reraise(policy: Policy, asked: str, exc: BaseException) -> NoReturn:
     """Raise `exc` again, as `PolicyRaised` (it the cause) where `plugin_failure` says so."""
     failure = plugin_failure(policy, asked, exc)
     if failure is None:

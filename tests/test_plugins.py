@@ -128,6 +128,9 @@ def test_a_file_whose_import_raises_is_one_line(tmp_path: Path) -> None:
     assert (
         output.strip() == f"Error: policy '{bad}:Cls': loading {bad} raised RuntimeError: broken on purpose"
     )
+    bad.write_text("import sys\nsys.exit(4)\n")  # (exits simctl silently with 4, if let through)
+    code, output = _cli([*BASE, "--policy", f"{bad}:Cls"])
+    assert (code, output.strip()) == (1, f"Error: policy '{bad}:Cls': loading {bad} raised SystemExit: 4")
 
 
 def test_live_refuses_a_bad_plugin_before_loading_anything() -> None:
@@ -234,19 +237,29 @@ class Grumpy(Boom):
 
     def wants_ticks(self, worker, view):
         return {}[worker]
+
+
+class Quitter(Boom):
+    name = "quitter"
+
+    def on_event(self, event, view):
+        if isinstance(event, RequestFinished):
+            raise SystemExit(3)  # (a plug-in's sys.exit is its error, not simctl's exit)
+        return super().on_event(event, view)
 """
 
 
 @pytest.mark.parametrize(
-    ("cls", "asked"),
+    ("cls", "asked", "error"),
     [
-        ("Boom", r"on_event\(RequestFinished at t=\d+\.\d{3} s\)"),
-        ("Grumpy", r"wants_ticks\(worker 0\)"),
+        ("Boom", r"on_event\(RequestFinished at t=\d+\.\d{3} s\)", KeyError),
+        ("Grumpy", r"wants_ticks\(worker 0\)", KeyError),
+        ("Quitter", r"on_event\(RequestFinished at t=\d+\.\d{3} s\)", SystemExit),
     ],
 )
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_a_plugin_that_raises_is_named_not_called_a_simctl_bug(
-    tmp_path: Path, cls: str, asked: str, jobs: str
+    tmp_path: Path, cls: str, asked: str, error: type[BaseException], jobs: str
 ) -> None:
     """The one-line error of a plug-in raising names the policy, its file and class, what it
     was asked and the error; --debug shows the plug-in's own traceback. Before, it said
@@ -259,7 +272,8 @@ def test_a_plugin_that_raises_is_named_not_called_a_simctl_bug(
     assert code == 1 and "bug in simctl" not in output
     (line,) = output.strip().splitlines()
     assert re.fullmatch(
-        rf"Error: policy '{cls.lower()}' \({re.escape(str(path))}:{cls}\) raised KeyError: .* in {asked}; "
+        rf"Error: policy '{cls.lower()}' \({re.escape(str(path))}:{cls}\) "
+        rf"raised {error.__name__}: .* in {asked}; "
         r"rerun with --debug for the traceback",
         line,
     ), line
@@ -270,7 +284,7 @@ def test_a_plugin_that_raises_is_named_not_called_a_simctl_bug(
     while exc is not None:
         causes.append(exc)
         exc = exc.__cause__
-    assert isinstance(causes[-1], KeyError)  # the plug-in's own traceback
+    assert isinstance(causes[-1], error)  # the plug-in's own traceback
 
 
 def test_a_builtin_policy_that_raises_is_still_a_simctl_bug(monkeypatch: pytest.MonkeyPatch) -> None:

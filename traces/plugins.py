@@ -102,7 +102,7 @@ def _load_file(path: Path, spec: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses and typing look the module up by name
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # (sys.exit at import is the file's error too)
         del sys.modules[name]
         raise PolicySpecError(f"policy {quote(spec)}: loading {path} raised {_first_line(exc)}") from None
     _FILE_MODULES[resolved] = module
@@ -116,7 +116,7 @@ def _load_module(dotted: str, spec: str) -> ModuleType:
         if exc.name and (dotted == exc.name or dotted.startswith(exc.name + ".")):
             raise PolicySpecError(f"policy {quote(spec)}: no module named {quote(exc.name)}") from None
         raise PolicySpecError(f"policy {quote(spec)}: importing {dotted} raised {_first_line(exc)}") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise PolicySpecError(f"policy {quote(spec)}: importing {dotted} raised {_first_line(exc)}") from None
 
 
@@ -143,7 +143,7 @@ def class_family(cls: object, name: str | None, where: str) -> Family[Any]:
     def build(_name: str, p: PolicyParams) -> Policy:
         try:
             policy = make(p) if params is not None else make()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise PolicySpecError(
                 f"policy {quote(where)}: {cls.__name__}() raised {_first_line(exc)}"
             ) from None
@@ -195,7 +195,7 @@ def entry_point_family(name: str) -> Family[Any] | None:
     where = f"{name} (entry point {ep.value})"
     try:
         obj = ep.load()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise PolicySpecError(f"policy {quote(where)}: loading raised {_first_line(exc)}") from None
     fam = obj if isinstance(obj, Family) else class_family(obj, name, where)
     _ENTRY_FAMILIES[name] = fam
