@@ -31,7 +31,7 @@ from simctl.traces.cli_options import (
     policy_option,
     seed_option,
 )
-from simctl.traces.outputs import check_output_dir, check_output_file
+from simctl.traces.outputs import check_distinct, check_output_dir, check_output_file
 from simctl.traces.plugins import make_policy
 from simctl.traces.run_format import check_replaceable
 
@@ -237,6 +237,8 @@ def check_output_paths(opts: LiveOptions) -> None:
         check_output_dir(out.out, inputs=inputs, what="--out run directory")
         keep = ["trace.parquet"] if out.record_path is None else []
         check_replaceable(out.out, keep)
+    given = {"--json file": out.json_path, "--chrome-trace file": out.chrome_trace}
+    check_distinct({**given, "--out run directory": out.out})
 
 
 def start_torch(e: EngineOptions) -> Any:

@@ -30,7 +30,7 @@ from simctl.traces.cli_options import (
     seed_option,
 )
 from simctl.traces.io import TraceError
-from simctl.traces.outputs import check_output_dir, check_output_file
+from simctl.traces.outputs import check_distinct, check_output_dir, check_output_file
 from simctl.traces.plugins import make_policy
 from simctl.traces.run_format import (
     FORMAT_VERSION,
@@ -108,12 +108,29 @@ def with_faults(setup: ReplaySetup, faults: tuple[WorkerFault, ...]) -> ReplaySe
     return setup
 
 
-def check_outputs(trace: Path, json_path: Path | None, out: Path | None, report_dir: Path | None) -> None:
-    """Every output path checked before the simulation: one line and exit 1 if any is bad."""
+def check_outputs(
+    trace: Path,
+    json_path: Path | None,
+    out: Path | None,
+    report_dir: Path | None,
+    chrome_trace: Path | None = None,
+) -> None:
+    """Every output path checked before the simulation: one line and exit 1 if any is bad
+    (two outputs at one path, or one inside a directory written whole, included)."""
     from simctl.reports.build import check_report_dir
 
+    check_distinct(
+        {
+            "--json file": json_path,
+            "--chrome-trace file": chrome_trace,
+            "--out run directory": out,
+            "--report directory": report_dir,
+        }
+    )
     if json_path:
         check_output_file(json_path, inputs=[trace], what="--json file", kind="json")
+    if chrome_trace:
+        check_output_file(chrome_trace, inputs=[trace], what="--chrome-trace file", kind="json")
     run_dir = out or (report_dir / "run" if report_dir else None)
     if run_dir:
         check_output_dir(run_dir, inputs=[trace], what="--out run directory")
@@ -242,9 +259,7 @@ def replay_cmd(
     jobs,
 ) -> None:
     """Replay TRACE under each --policy on a simulated cluster and compare."""
-    check_outputs(trace, json_path, out, report_dir)
-    if chrome_trace:
-        check_output_file(chrome_trace, inputs=[trace], what="--chrome-trace file", kind="json")
+    check_outputs(trace, json_path, out, report_dir, chrome_trace)
     names = []
     for p in policies:
         try:

@@ -82,3 +82,46 @@ def test_nan_is_refused_where_a_number_is_asked(args: list[str]) -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2
     assert "is not a number" in result.output and "nan" in result.output.lower()
+
+
+SAMPLE = "traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"
+
+
+@pytest.mark.parametrize(
+    ("outputs", "words"),
+    [
+        (["--out", "{d}/same", "--report", "{d}/same"], "given as the --out run directory and the --report"),
+        (["--json", "{d}/same.json", "--chrome-trace", "{d}/same.json"], "given as the --json file and the"),
+        (["--json", "{d}/r/x.json", "--report", "{d}/r"], "the --json file is inside the --report directory"),
+        (["--out", "{d}/r/run", "--report", "{d}/r"], "the --out run directory is inside the --report"),
+        (["--out", "{d}/run", "--report", "{d}/run/report"], "the --report directory is inside the --out"),
+    ],
+)
+def test_outputs_that_would_overwrite_each_other_are_refused_first(
+    tmp_path, outputs: list[str], words: str
+) -> None:
+    """Two outputs at one path, or one inside a directory written whole, lose one of them
+    (before: the run was written, then the report refused, leaving it): refused before the
+    simulation, in one line, with nothing written."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    args = ["replay", str(root / SAMPLE), "--steps", "0", "--cluster", "a100x8:tp1"]
+    res = CliRunner().invoke(main, [*args, *(o.format(d=tmp_path) for o in outputs)])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 1 and len(lines) == 1 and words in lines[0], res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unwritable_place_is_refused_before_the_run(tmp_path) -> None:
+    """A folder whose permission bits allow writing but where no file can be created
+    (/proc) is found before the simulation, by creating a file there."""
+    from pathlib import Path
+
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc")
+    root = Path(__file__).resolve().parents[1]
+    args = ["replay", str(root / SAMPLE), "--steps", "0", "--cluster", "a100x8:tp1", "--json", "/proc/x.json"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1 and res.output.strip().startswith("Error: /proc/x.json: cannot write in /proc")
+    assert "rollout replay" not in res.output  # (no table: nothing was simulated)

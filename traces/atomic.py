@@ -81,6 +81,12 @@ def atomic_write(path: Path, writer: Callable[[Path], object]) -> None:
     try:
         writer(tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        if exc.filename not in (str(tmp), tmp):
+            raise
+        # (name the file the user asked for, not its hidden temporary)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     except BaseException:
         _remove(tmp)
         raise

@@ -5,7 +5,8 @@ so at once, in one line, instead of after a long simulation (or by overwriting i
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 
@@ -42,6 +43,14 @@ def check_writable_parent(path: Path) -> None:
         raise OutputPathError(f"{path}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputPathError(f"{path}: cannot write in {parent} (permission denied)")
+    # Permission bits are not the whole story (/proc, a read-only mount, root on a
+    # immutable folder): create and remove a file there, as the write will.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".simctl-probe-", dir=parent)
+    except OSError as exc:
+        raise OutputPathError(f"{path}: cannot write in {parent} ({exc.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 #: How the start of an existing file shows it is of the kind about to replace it.
@@ -80,6 +89,32 @@ def check_output_file(
     if kind is not None and path.is_file() and not _is_kind(path, kind):
         raise OutputPathError(f"{path}: exists and is not a {kind} file; not overwriting it with the {what}")
     check_writable_parent(path)
+
+
+def check_distinct(outputs: Mapping[str, Path | None]) -> None:
+    """Outputs of one command (what each is -> its path; None: not asked for) are not the
+    same path, and none is a directory holding another (each is written whole, so the
+    later would replace the earlier or erase it): one line naming both, before any work."""
+    given = [(what, p) for what, p in outputs.items() if p is not None]
+    for i, (what, path) in enumerate(given):
+        for other, other_path in given[i + 1 :]:
+            if _same(path, other_path):
+                raise OutputPathError(f"{path}: given as the {what} and the {other}; give each its own path")
+            for outer, outer_what, inner, inner_what in (
+                (path, what, other_path, other),
+                (other_path, other, path, what),
+            ):
+                if _inside(inner, outer):
+                    raise OutputPathError(
+                        f"{inner}: the {inner_what} is inside the {outer_what} {outer} (written whole)"
+                    )
+
+
+def _inside(inner: Path, outer: Path) -> bool:
+    try:
+        return outer.resolve() in inner.resolve().parents
+    except OSError:
+        return False
 
 
 def check_output_dir(path: Path, inputs: Iterable[Path] = (), what: str = "output directory") -> None:
