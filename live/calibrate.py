@@ -41,17 +41,39 @@ from simctl.live.profile_rows import (
 from simctl.traces.cli_options import NumberRange, seed_option
 from simctl.traces.outputs import check_output_file
 
+# The most a measurement may ask for (a larger value is a typo that would run for hours):
+# sequences in a batch, tokens of context per sequence, draft length.
+MAX_BATCH, MAX_CONTEXT, MAX_GAMMA = 1 << 16, 1 << 20, 64
 
-def _ints(text: str | None, default: Sequence[int]) -> tuple[int, ...]:
+
+def _ints(
+    text: str | None, default: Sequence[int], most: int = MAX_BATCH, option: str = "--batches"
+) -> tuple[int, ...]:
     if not text:
         return tuple(default)
     try:
         vals = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise click.BadParameter(f"'{text}' is not a comma-separated list of integers") from None
-    if not vals or min(vals) < 1:
-        raise click.BadParameter(f"'{text}': values must be positive integers")
+        raise click.BadParameter(
+            f"'{text[:60]}' is not a comma-separated list of integers", param_hint=option
+        ) from None
+    if not vals or min(vals) < 1 or max(vals) > most:
+        raise click.BadParameter(
+            f"'{text[:60]}': values must be integers from 1 to {most}", param_hint=option
+        )
     return vals
+
+
+def _drafters(text: str) -> tuple[str, ...]:
+    """The drafter names of --drafters, checked before anything is measured."""
+    names = tuple(d.strip() for d in text.split(",") if d.strip())
+    for name in names:
+        if name not in DEFAULT_DRAFTERS and not name.startswith("model:"):
+            known = ", ".join(DEFAULT_DRAFTERS)
+            raise click.BadParameter(
+                f"unknown drafter {name!r} (known: {known}, model:<name>)", param_hint="--drafters"
+            )
+    return names
 
 
 @click.command("calibrate")
@@ -77,7 +99,9 @@ def _ints(text: str | None, default: Sequence[int]) -> tuple[int, ...]:
     help="Drafters to time (ngram, suffix, w4-self; empty for none).",
 )
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--kv-budget-gib", type=NumberRange(min=0.01), help="KV budget per worker (CPU default 4).")
+@click.option(
+    "--kv-budget-gib", type=NumberRange(min=0.01, max=1e6), help="KV budget per worker (CPU default 4)."
+)
 @click.option(
     "--threads",
     type=click.IntRange(min=1),
@@ -97,6 +121,13 @@ def calibrate_cmd(
     if missing:
         raise click.ClickException(missing)
     check_output_file(output, what="profile", kind="json")
+    sweep = Sweep(  # (every option checked before torch loads or anything is measured)
+        batches=_ints(batches, DEFAULT_BATCHES),
+        contexts=_ints(contexts, DEFAULT_CONTEXTS, MAX_CONTEXT, "--contexts"),
+        gammas=_ints(gammas, DEFAULT_GAMMAS, MAX_GAMMA, "--gammas"),
+        drafters=_drafters(drafters),
+        repeats=repeats,
+    )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
@@ -104,13 +135,6 @@ def calibrate_cmd(
         torch.set_num_threads(threads)
     if device == "cuda" and not torch.cuda.is_available():
         raise click.ClickException("--device cuda: no CUDA device visible to torch")
-    sweep = Sweep(
-        batches=_ints(batches, DEFAULT_BATCHES),
-        contexts=_ints(contexts, DEFAULT_CONTEXTS),
-        gammas=_ints(gammas, DEFAULT_GAMMAS),
-        drafters=tuple(d.strip() for d in drafters.split(",") if d.strip()),
-        repeats=repeats,
-    )
     try:
         loaded = load_model(model, device=device, seed=seed)
     except ModelError as exc:
@@ -146,9 +170,9 @@ def _vllm_doc(
 
     vsweep = default_vllm_sweep(
         _ints(batches, DEFAULT_BATCHES) if batches else None,
-        _ints(contexts, DEFAULT_CONTEXTS) if contexts else None,
+        _ints(contexts, DEFAULT_CONTEXTS, MAX_CONTEXT, "--contexts") if contexts else None,
         repeats,
-        _ints(gammas, DEFAULT_GAMMAS) if gammas else None,
+        _ints(gammas, DEFAULT_GAMMAS, MAX_GAMMA, "--gammas") if gammas else None,
     )
     try:
         return vllm_profile(

@@ -2,8 +2,8 @@
 
 This is the composition root: the only module that sees every layer. It also owns the one
 top-level error handler, so that whatever a subcommand raises reaches the user as at most
-three lines and exit status 1 (click's own usage errors keep exit status 2); `--debug`
-shows the traceback instead.
+three lines and exit status 1, and a usage error (an unknown option, a value out of range)
+as one line with click's exit status 2; `--debug` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -46,13 +46,34 @@ def is_user_error(exc: BaseException) -> bool:
     )
 
 
+class OneLineUsageError(click.UsageError):
+    """A usage error shown as one line (click's own adds the usage and a help hint on lines
+    of their own): the problem, then where the help is."""
+
+    def show(self, file: Any = None) -> None:
+        hint = f" (see '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"Error: {self.message}{hint}", err=True, file=file)
+
+
+def _one_line(exc: click.UsageError) -> OneLineUsageError:
+    return OneLineUsageError(exc.format_message(), exc.ctx)  # (exit status 2, as click's)
+
+
 class SimctlGroup(click.Group):
     """A click group whose subcommands' unexpected exceptions become one-line errors."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:  # (the group's own options: `simctl --bogus`)
+            raise _one_line(exc) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             with exit_on_sigterm():  # SIGTERM unwinds, so half-written outputs are removed
                 return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except KeyboardInterrupt:

@@ -72,6 +72,7 @@ from simctl.sim.engine_config import EngineConfig
 from simctl.sim.model_spec import ModelSpec
 from simctl.sim.models import model_from_record, model_of_trace, model_record
 from simctl.sim.replay import profile_gap, trace_draft_methods
+from simctl.traces.cli_options import MAX_NUM_SEQS_LIMIT, MAX_SEED
 from simctl.traces.io import Trace, TraceError
 from simctl.traces.paths import user_path
 from simctl.traces.plugins import family as policy_family
@@ -83,8 +84,6 @@ AXES = ("traces", "steps", "clusters", "models", "max_num_seqs", "seeds")
 DEFAULT_MAX_NUM_SEQS = EngineConfig().max_num_seqs
 # `models` entry naming each trace's own model (a config folder called so: "./trace")
 TRACE_MODEL = "trace"
-# (a batch limit above this is a typo: no engine holds a million sequences per worker)
-MAX_NUM_SEQS_LIMIT = 1 << 20
 DEFAULT_CLUSTER = "h100x512"
 ALL_STEPS = "all"
 STEPS_TEXT = r"[0-9]{0,18}:[0-9]{0,18}|[0-9]{1,18}"  # N or A:B (a step fits 63 bits)
@@ -339,7 +338,7 @@ class _Checker:
     def seeds(self, value: Any) -> list[int]:
         items = self.listed(value, "sweep.seeds")
         for item in items:
-            if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < 2**63:
+            if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= MAX_SEED:
                 raise self.fail(f"sweep.seeds = {_show(item)}", "expected an integer >= 0")
         return items
 

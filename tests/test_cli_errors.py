@@ -51,9 +51,23 @@ def test_debug_lets_the_traceback_through(monkeypatch: pytest.MonkeyPatch) -> No
     assert isinstance(result.exception, RuntimeError)
 
 
-def test_usage_errors_keep_click_exit_2() -> None:
-    result = CliRunner().invoke(main, ["replay", "--no-such-option"])
-    assert result.exit_code == 2
+@pytest.mark.parametrize(
+    ("args", "words", "where"),
+    [
+        (["replay", "--no-such-option"], "--no-such-option", "main replay"),
+        (["--bogus"], "--bogus", "main"),
+        (["nope"], "'nope'", "main"),
+        (["replay", "x.parquet", "--seed", "-1"], "'--seed': -1 is not in the range", "main replay"),
+        (["replay"], "Missing argument 'TRACE'", "main replay"),
+    ],
+)
+def test_usage_errors_are_one_line_with_click_exit_2(args: list[str], words: str, where: str) -> None:
+    """A usage error keeps click's exit status 2 but is one line: the problem and where
+    the help is (click's own form adds the usage and a hint on three lines more)."""
+    result = CliRunner().invoke(main, args)
+    (line,) = result.output.strip().splitlines()
+    assert result.exit_code == 2 and line.startswith("Error: ") and words in line, result.output
+    assert line.endswith(f"(see '{where} --help')"), line
 
 
 def test_one_message_forms() -> None:

@@ -33,13 +33,25 @@ def policy_option(help_text: str) -> Callable[[F], F]:
     )
 
 
+#: A seed fits 63 bits (what the run format and a sweep record), and a batch limit above
+#: a million sequences per worker is a typo: no engine holds that many.
+MAX_SEED = 2**63 - 1
+MAX_NUM_SEQS_LIMIT = 1 << 20
+
+
 def seed_option(help_text: str = "Seed of every random choice.") -> Callable[[F], F]:
-    return click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help=help_text)
+    return click.option(
+        "--seed", type=click.IntRange(min=0, max=MAX_SEED), default=0, show_default=True, help=help_text
+    )
 
 
 def max_num_seqs_option(help_text: str) -> Callable[[F], F]:
     return click.option(
-        "--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True, help=help_text
+        "--max-num-seqs",
+        type=click.IntRange(min=1, max=MAX_NUM_SEQS_LIMIT),
+        default=256,
+        show_default=True,
+        help=help_text,
     )
 
 

@@ -87,6 +87,31 @@ def test_unknown_model_fails_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--drafters", "ngram,zzz"], "--drafters: unknown drafter 'zzz'"),
+        (
+            ["--batches", "99999999999999999999"],
+            "--batches: '99999999999999999999': values must be integers from 1",
+        ),
+        (["--gammas", "0"], "--gammas: '0'"),
+        (["--contexts", "1,a"], "--contexts: '1,a' is not a comma-separated list"),
+        (["--kv-budget-gib", "inf"], "'--kv-budget-gib': inf is not in the range"),
+    ],
+)
+def test_bad_sweep_options_are_refused_before_measuring(tmp_path: Path, args: list[str], words: str) -> None:
+    """Every option is checked before the model loads (an unknown drafter was refused only
+    after the decode, verify and prefill measurements, a minute in; a typo of a batch size
+    measured until killed)."""
+    from simctl.cli import main
+
+    res = CliRunner().invoke(main, ["calibrate", *args, "-o", str(tmp_path / "p.json")])
+    (line,) = res.output.strip().splitlines()
+    assert res.exit_code == 2 and words in line, res.output
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_vllm_backend_missing_is_one_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(calibrate_cmd, ["--backend", "vllm", "-o", str(tmp_path / "p.json")])
