@@ -684,7 +684,12 @@ def run_sweep(
     (out / POINTS).mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex  # (a node sees DIR if its sweep.json holds it: simctl.sweep_transfer)
     manifest = {"format": "simctl-sweep/1", "spec": str(spec.path), "points": len(spec.points)}
-    write_json(out / MANIFEST, {**manifest, "run_token": token})
+    # While the run goes on, the manifest keeps describing the sweep whose table and report
+    # DIR holds (a run of another spec that fails must not leave them mislabelled); it
+    # names this spec once every point is complete.
+    previous = _manifest(out)
+    running = {**manifest, **{k: previous[k] for k in ("spec", "points") if k in previous}}
+    write_json(out / MANIFEST, {**running, "run_token": token})
     work = point_costs(spec)
     tasks = pending_tasks(spec, out, command, work, checkpoint_s)
     tally = SweepTally(
@@ -709,5 +714,16 @@ def run_sweep(
             f"{len(failed)} of {len(tasks)} points failed; first {first['point_id']}: {first['error']} "
             "(the others are kept: rerun to resume)"
         )
+    if running != manifest:
+        write_json(out / MANIFEST, {**manifest, "run_token": token})
     skipped = len(spec.points) - len(tasks)
     return SweepResult(len(spec.points), len(tasks), skipped, backend, time.perf_counter() - t0)
+
+
+def _manifest(out: Path) -> dict[str, Any]:
+    """DIR's sweep.json as it is ({} where there is none or it cannot be read)."""
+    try:
+        doc = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return doc if isinstance(doc, dict) else {}

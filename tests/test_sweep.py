@@ -518,6 +518,30 @@ def test_failed_points_are_one_line_and_the_rest_kept(tmp_path: Path) -> None:
     assert run_sweep(load_spec(path), tmp_path / "out", workers=1, use_ray=False).ran == 4
 
 
+def test_a_failed_sweep_leaves_the_directory_describing_its_last_complete_sweep(tmp_path: Path) -> None:
+    """A run of another spec into a sweep directory that fails keeps sweep.json naming the
+    sweep its table and report are of; once that run completes, it names the new spec."""
+    trace = tmp_path / "t.parquet"
+    shutil.copy(ROOT / SAMPLE, trace)
+    head = "[sweep]\ntraces = ['t.parquet']\nsteps = '0:1'\nclusters = ['a100x8:tp1']\n"
+    first, second = tmp_path / "first.toml", tmp_path / "second.toml"
+    first.write_text(head + "[policies]\nverl = {}\n")
+    second.write_text(head + "seeds = [1, 2]\n[policies]\nverl = {}\n")
+    out = tmp_path / "out"
+    assert run_sweep(load_spec(first), out, workers=1, use_ray=False).ran == 1
+    done = json.loads((out / "sweep.json").read_text())
+    spec = load_spec(second)
+    trace.unlink()  # (the second sweep's points fail)
+    with pytest.raises(SweepError):
+        run_sweep(spec, out, workers=1, use_ray=False)
+    after = json.loads((out / "sweep.json").read_text())
+    assert (after["spec"], after["points"]) == (done["spec"], done["points"]) == (str(first), 1)
+    shutil.copy(ROOT / SAMPLE, trace)
+    assert run_sweep(load_spec(second), out, workers=1, use_ray=False).ran == 2
+    after = json.loads((out / "sweep.json").read_text())
+    assert (after["spec"], after["points"]) == (str(second), 2)
+
+
 def test_joined_cluster_without_shared_files(
     ray_cluster, pool_sweep, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
