@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -576,10 +577,15 @@ def _reap(procs: list[Any], grace_s: float = 5.0) -> None:
 
 
 def start_local_ray(num_cpus: int | None) -> None:
-    """A local Ray reachable on loopback only, dashboard off (RAY_LOOPBACK_ENV)."""
+    """A local Ray reachable on loopback only, dashboard off (RAY_LOOPBACK_ENV). Ray from
+    2.59 turns token authentication on for it and says so on stderr at every start, which
+    made every sweep's output (and each of its errors) a line longer: that notice alone is
+    left out (the authentication stays on)."""
     os.environ.update(RAY_LOOPBACK_ENV)  # the processes Ray starts read it
     import ray
     from ray._private import ray_constants
+
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
 
     was = ray_constants.ENABLE_RAY_CLUSTER  # read when ray was imported, maybe before
     ray_constants.ENABLE_RAY_CLUSTER = False

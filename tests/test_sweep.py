@@ -307,6 +307,18 @@ def test_killed_sweep_resumes(how: str, spec_path: Path, pool_sweep, tmp_path: P
     pd.testing.assert_frame_equal(_without_times(_table(spec_path, out)), _without_times(pool_sweep[1]))
 
 
+def test_a_sweep_on_a_local_ray_says_nothing_on_stderr(tmp_path: Path) -> None:
+    """The local Ray simctl starts prints nothing of its own on stderr (Ray 2.59+ announced
+    its token authentication there at every start, a line before every sweep's error)."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(f"[sweep]\ntraces = ['{ROOT / SAMPLE}']\nsteps = '0:1'\nclusters = ['a100x8:tp1']\n")
+    spec.write_text(spec.read_text() + "[policies]\nverl = {}\n")
+    cmd = [sys.executable, "-m", "simctl", "sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "2"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]
+    assert "(ray)" in proc.stdout, proc.stdout
+
+
 def test_report_renders(pool_sweep) -> None:
     out, table = pool_sweep
     from simctl.reports.sweep_page import build_sweep_report
