@@ -208,6 +208,12 @@ def test_areal_short_group_is_dropped_with_group_size(tmp_path: Path) -> None:
     assert "--group-size" in import_fails(tmp_path, "areal", dump, extra=("--max-tokens", "12"))
     trace, _ = import_ok(tmp_path, "areal", dump, extra=("--max-tokens", "12", "--group-size", "4"))
     assert len(trace.df) == 20 and trace.meta.notes["import"]["dropped_rows"] == 3
+    # a group of half the size is refused too (it used to be taken for the group size,
+    # cutting every full group in two, silently)
+    f.write_text("".join(f.read_text().splitlines(keepends=True)[:2]))
+    assert "(2, 4; most have 4); pass --group-size" in import_fails(
+        tmp_path, "areal", dump, extra=("--max-tokens", "12")
+    )
 
 
 # --- NeMo-RL ------------------------------------------------------------------------------
@@ -357,6 +363,26 @@ def test_slime_imports_token_ids_and_truncation(tmp_path: Path) -> None:
     assert trace.has_tokens() and "prompt_tokens" in trace.lists
     assert [Path(f).name for f in trace.meta.notes["import"]["files"]] == ["1.pt", "2.pt"]
     replays(out)
+
+
+def test_slime_evaluation_files_of_a_prefixed_template_are_skipped(tmp_path: Path) -> None:
+    """slime's docs save with `rollout_{rollout_id}.pt` or `data_{rollout_id}.pt`, so its
+    evaluation files are `rollout_eval_N.pt`, holding the same `rollout_id` as the training
+    file; read as training, their samples joined step N as groups of one (and the group
+    size guess then cut every group to one)."""
+    torch = pytest.importorskip("torch")
+    root = write_slime(tmp_path / "rollout_data")
+    first = torch.load(root / "1.pt", weights_only=False)["samples"]
+    evaluation = [{**first[j], "group_index": None} for j in (0, 4, 8)]  # (one per prompt, no group)
+    for f in sorted(root.glob("*.pt")):
+        doc = torch.load(f, weights_only=False)
+        if f.name == "eval_1.pt":
+            doc["samples"] = evaluation
+        torch.save(doc, root / f"rollout_{f.name}")
+        f.unlink()
+    trace, _ = import_ok(tmp_path, "slime", root, extra=("--max-tokens", "16"))
+    assert len(trace.df) == 24 and trace.meta.group_size == 4
+    assert [Path(f).name for f in trace.meta.notes["import"]["files"]] == ["rollout_1.pt", "rollout_2.pt"]
 
 
 class Boom:
@@ -632,23 +658,33 @@ def has_the_plan(trace: Any) -> None:
     assert trace.has_tokens() and "prompt_tokens" in trace.lists  # (the prompts encode to their lengths)
 
 
-def test_nemo_rl_before_0_6_imports_from_text_with_a_tokenizer(tmp_path: Path, tokenizer_dir: Path) -> None:
+@pytest.mark.parametrize("observation", [False, True])
+def test_nemo_rl_before_0_6_imports_from_text_with_a_tokenizer(
+    tmp_path: Path, tokenizer_dir: Path, observation: bool
+) -> None:
     """v0.2.1-v0.5.0 wrote no token ids: `content` holds the prompt's rendered messages and
     the response's text, and `input_lengths` the prompt and generated tokens (the EOS of a
-    response that stopped included)."""
+    response that stopped included). `run_multi_turn_rollout` appends the environment's
+    observation after the last turn too ("Environment: correct"), so the real dumps end
+    with it, counted in `input_lengths` with log-prob 0 on its tokens: it is neither the
+    response nor the prompt (before, it was read as the response and the response as part
+    of the prompt, every group of one)."""
     root = tmp_path / "logs"
     root.mkdir()
+    env = response_ids(999, 3)
     for step in (1, 2):
         lines = []
         for i, (_, p, k, n) in enumerate(r for r in PLAN if r[0] == step):
             text = words(response_ids(p * 10 + k, n - (n < BUDGET)))  # (the EOS is not in the text)
+            prompt, tail = len(PROMPTS[p]), len(env) if observation else 0
+            logprobs = [0.0] * prompt + [-0.1] * n + [0.0] * (tail + 5)  # (+ padding)
             lines.append(
                 {
-                    "content": [[words(PROMPTS[p]), text]],
+                    "content": [[words(PROMPTS[p]), text, *([words(env)] if observation else [])]],
                     "rewards": [float(k)],
-                    "generation_logprobs": [[-0.1] * 20],
-                    "prev_logprobs": [[-0.1] * 20],
-                    "input_lengths": [len(PROMPTS[p]) + n],
+                    "generation_logprobs": [logprobs],
+                    "prev_logprobs": [logprobs],
+                    "input_lengths": [prompt + n + tail],
                     "idx": i,
                 }
             )

@@ -315,16 +315,23 @@ class Imported:
 
 
 def _group_size(sizes: pd.Series, opts: ImportOptions, facts: FormatFacts, fmt: str) -> int:
-    """--group-size, else the dump's own, else the one size every group is a multiple of."""
+    """--group-size, else the dump's own, else the most common size, where every group's
+    size is a multiple of it (a prompt drawn twice in a step heads a group of twice the
+    size). The smallest size is not taken for it: one group short of responses (a writer
+    dropping empty ones) would then cut every full group into pieces, silently; differing
+    sizes that are not multiples of the common one are refused instead."""
     if opts.group_size is not None:
         return opts.group_size
     if facts.group_size is not None:
         return facts.group_size
-    smallest = int(sizes.min())
-    if (sizes % smallest == 0).all():
-        return smallest
+    counts = sizes.value_counts()
+    common = int(counts.index[counts.to_numpy() == counts.max()].max())  # (a tie: the larger)
+    if (sizes % common == 0).all():
+        return common
     shown = ", ".join(str(s) for s in sorted(sizes.unique())[:5])
-    raise DumpError(f"{fmt} dump: groups have different sizes ({shown}); pass --group-size G")
+    raise DumpError(
+        f"{fmt} dump: groups have different sizes ({shown}; most have {common}); pass --group-size G"
+    )
 
 
 def _assign_groups(df: pd.DataFrame, size: int, explicit: bool) -> pd.DataFrame:

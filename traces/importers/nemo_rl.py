@@ -53,7 +53,11 @@ response) and `input_lengths`. With `--tokenizer DIR` the response text is encod
 (plus the end-of-sequence token the decode dropped, where it stopped before the budget:
 tokenize.response_ids), the prompt length is `input_lengths` minus that, and a group is the
 responses of one step with the same prompt texts. Token columns are kept where every row's
-ids agree with those lengths.
+ids agree with those lengths. Those releases append the environment's observation after
+the last turn too (`run_multi_turn_rollout`; the math environment's "Environment:
+correct"), so `content` ends with it and `input_lengths` counts it: trailing messages
+whose tokens all have `generation_logprobs` 0 are that observation, neither response nor
+prompt (`_observation_tail`).
 """
 
 from __future__ import annotations
@@ -105,14 +109,40 @@ def _text_row(
     if not (isinstance(content, list) and len(content) >= 2 and all(isinstance(c, str) for c in content)):
         raise DumpError(f"{where}: field 'content' is not a list of the prompt's and the response's texts")
     length = as_int(_one(obj, "input_lengths", where), "input_lengths", where)
-    generated, truncated = response_ids(tok, tok.encode([content[-1]])[0], budget, content[-1])
-    if not 1 <= len(generated) < length:
+    observed, tail = _observation_tail(obj, content, length, tok, where)
+    response = content[-1 - observed]
+    generated, truncated = response_ids(tok, tok.encode([response])[0], budget, response)
+    if not 1 <= len(generated) < length - tail:
         raise DumpError(
             f"{where}: field 'input_lengths' {length} leaves no prompt beside the response's "
             f"{len(generated)} tokens (as --tokenizer encodes it)"
         )
     reward = as_reward(_one(obj, "rewards", where), "rewards", where, rows)
-    return tuple(content[:-1]), length - len(generated), generated, truncated, reward
+    return tuple(content[: -1 - observed]), length - tail - len(generated), generated, truncated, reward
+
+
+def _observation_tail(
+    obj: dict[str, Any], content: list[str], length: int, tok: TextTokenizer, where: str
+) -> tuple[int, int]:
+    """(messages, tokens) after the response that were not generated: the environment's
+    observation, which `run_multi_turn_rollout` appends after every turn, the last included
+    (v0.2.1-v0.5.0; the math environment's "Environment: correct"), so `content` ends with
+    it and `input_lengths` counts it. Found by `generation_logprobs`, zero on every token
+    not generated: trailing messages whose tokens (as --tokenizer encodes them, from the
+    end of `input_lengths`) all have log-prob 0, the response's first. (0, 0) without
+    log-probs, or where the last message has any other."""
+    if "generation_logprobs" not in obj:
+        return 0, 0
+    logprobs = _one(obj, "generation_logprobs", where)
+    if not (isinstance(logprobs, list) and len(logprobs) >= length):
+        return 0, 0
+    messages, end = 0, length
+    while messages < len(content) - 2:  # (a prompt and a response stay)
+        n = len(tok.encode([content[-1 - messages]])[0])
+        if not 0 < n <= end or any(x != 0 for x in logprobs[end - n : end]):
+            break
+        messages, end = messages + 1, end - n
+    return messages, length - end
 
 
 def _history(obj: dict[str, Any], runs: list[tuple[int, int]], length: int, where: str) -> int:

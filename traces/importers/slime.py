@@ -3,8 +3,9 @@
 Followed: THUDM/slime @ 624b824a (v0.3.1-38, Aug 2026), `slime/observability/rollout_data_utils.py`,
 `save_debug_rollout_data`, and `slime/utils/types.py`, `Sample.to_dict`. Each file is a
 `torch.save` of ``{"rollout_id": N, "samples": [Sample.to_dict(), ...]}`` named by the
-template (`{rollout_id}` filled in; evaluation files get `eval_` before the id and are
-skipped when a directory is given). A sample dict holds, among others,
+template (`{rollout_id}` filled in; evaluation files get `eval_` before the id, as in
+`eval_3.pt` or `rollout_eval_3.pt`, and are skipped when a directory is given). A sample
+dict holds, among others,
 
 - `group_index`, `index`: the prompt group and the sample's running index (both stamped by
   the data source, `slime/rollout/data_source.py`);
@@ -100,7 +101,10 @@ from simctl.traces.importers.common import (
 )
 
 UPSTREAM = "THUDM/slime@624b824a slime/observability/rollout_data_utils.py (save_debug_rollout_data)"
-_NAME = re.compile(r"^(?!eval_).*\.pt$")
+# A dump file; not an evaluation one, whose name has `eval_` and digits where the template's
+# `{rollout_id}` is: at its start (`{rollout_id}.pt`, --dump-details) or after a separator
+# (`rollout_{rollout_id}.pt`, `data_{rollout_id}.pt`: slime's docs and examples).
+_NAME = re.compile(r"^(?!(?:.*[^A-Za-z0-9])?eval_\d).*\.pt$")
 
 
 class _Inert:
