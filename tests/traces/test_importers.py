@@ -794,6 +794,15 @@ def test_areal_before_0_5_2_text_dumps(tmp_path: Path, tokenizer_dir: Path) -> N
     # a prompt drawn twice at one version appends a second episode: a group of its own
     again, _ = import_ok(tmp_path, "areal", write_areal_text(tmp_path / "again", again=True), extra=extra)
     assert len(again.df) == 28 and again.df.groupby(["step", "prompt_id"]).ngroups == 7
+    # multi_turn.py's episodes: a response that took two turns carries the last turn's
+    # prompt (the first turn's inside it) and output only; refused, not misread
+    mt = write_areal_text(tmp_path / "multi")
+    f = next(iter(sorted((mt / "1").glob("*.txt"))))
+    records = f.read_text().split("idx: ")
+    second = records[2].replace("prompt is \n\x1b[33m\x1b[2m", "prompt is \n\x1b[33m\x1b[2mearlier turn ", 1)
+    f.write_text("idx: ".join([*records[:2], second, *records[3:]]))
+    line = import_fails(tmp_path, "areal", mt, extra=extra)
+    assert "the episode's responses have different prompts, as multi_turn.py" in line
     (dump / "1" / "q0.txt").write_text("idx: 1 / 4, seqlen: 9, reward is 1.0.\nsomething else\n")
     line = import_fails(tmp_path, "areal", dump, extra=extra)
     assert line.endswith("q0.txt line 1: not an 'idx: i / n, seqlen: S, reward is R.' record")

@@ -1,7 +1,8 @@
 """AReaL before v0.5.2: the coloured text files a workflow's `dump_dir` holds.
 
 Followed: inclusionAI/AReaL @ v0.5.1, `areal/workflow/rlvr.py`, `RLVRWorkflow.arun_episode`
-(`areal/workflow/multi_turn.py` writes the same), used from v0.3.0-lite on; v0.5.2 replaced
+(`areal/workflow/multi_turn.py` writes the same layout, but with the last turn's prompt and
+output only: refused, `_refuse_multi_turn`), used from v0.3.0-lite on; v0.5.2 replaced
 it with the JSONL trajectories `areal.py` reads. Files are `<dump_dir>/<version>/<qid>.txt`
 (`version`: the engine's weight version when the episode started; `qid`: the data's
 `query_id`, `id` or `qid`, else a random hex), appended one episode at a time, each of its
@@ -42,6 +43,7 @@ def read_text(files: list[Path], rows: RowSet, tokenizer: Path | None) -> None:
     """Add every record of `files` to `rows`, with token columns where they agree."""
     tok = load_tokenizer(tokenizer, "areal (.txt, before v0.5.2)")
     records = [record for path in files for record in _records(path)]
+    _refuse_multi_turn(records)
     prompts = tok.encode([r[4] for r in records])
     for (where, step, group, idx, prompt, seqlen, reward, _), ids in zip(records, prompts, strict=True):
         if not 1 <= len(ids) < seqlen:
@@ -66,6 +68,23 @@ def read_text(files: list[Path], rows: RowSet, tokenizer: Path | None) -> None:
 
 # (where, step, group, idx, prompt, seqlen, reward, completion)
 Record = tuple[str, int, str, int, str, int, float, str]
+
+
+def _refuse_multi_turn(records: list[Record]) -> None:
+    """One prompt per episode, or a one-line refusal. `multi_turn.py` (v0.5.1) dumps in
+    this layout too, but its `prompt` is the last turn's input (the question, every earlier
+    answer and the retry message) and its `sequence` that turn's output only, so the
+    responses of an episode that took more turns have longer prompts, and reading them as
+    one-turn responses would take earlier turns for prompt; AReaL from v0.5.2 dumps
+    multi-turn trajectories as JSONL, which `areal.py` reads by turn."""
+    first: dict[str, str] = {}
+    for where, _, group, _, prompt, *_ in records:
+        if first.setdefault(group, prompt) != prompt:
+            raise DumpError(
+                f"{where}: the episode's responses have different prompts, as multi_turn.py "
+                "writes the last turn's (earlier turns inside); only single-turn (rlvr.py) text "
+                "dumps can be read: use AReaL v0.5.2+ JSONL trajectories for multi-turn"
+            )
 
 
 def _records(path: Path) -> list[Record]:
