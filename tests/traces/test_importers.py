@@ -658,9 +658,9 @@ def has_the_plan(trace: Any) -> None:
     assert trace.has_tokens() and "prompt_tokens" in trace.lists  # (the prompts encode to their lengths)
 
 
-@pytest.mark.parametrize("observation", [False, True])
+@pytest.mark.parametrize(("observation", "from_zero"), [(False, False), (True, False), (True, True)])
 def test_nemo_rl_before_0_6_imports_from_text_with_a_tokenizer(
-    tmp_path: Path, tokenizer_dir: Path, observation: bool
+    tmp_path: Path, tokenizer_dir: Path, observation: bool, from_zero: bool
 ) -> None:
     """v0.2.1-v0.5.0 wrote no token ids: `content` holds the prompt's rendered messages and
     the response's text, and `input_lengths` the prompt and generated tokens (the EOS of a
@@ -668,7 +668,8 @@ def test_nemo_rl_before_0_6_imports_from_text_with_a_tokenizer(
     observation after the last turn too ("Environment: correct"), so the real dumps end
     with it, counted in `input_lengths` with log-prob 0 on its tokens: it is neither the
     response nor the prompt (before, it was read as the response and the response as part
-    of the prompt, every group of one)."""
+    of the prompt, every group of one). v0.2.1-v0.4.0 numbered the files from 0: the steps
+    are still 1 and 2."""
     root = tmp_path / "logs"
     root.mkdir()
     env = response_ids(999, 3)
@@ -688,7 +689,8 @@ def test_nemo_rl_before_0_6_imports_from_text_with_a_tokenizer(
                     "idx": i,
                 }
             )
-        (root / f"train_data_step{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        name = f"train_data_step{step - from_zero}.jsonl"
+        (root / name).write_text("".join(json.dumps(x) + "\n" for x in lines))
     line = import_fails(tmp_path, "nemo-rl", root, extra=("--max-tokens", str(BUDGET)))
     assert "field 'token_ids' missing (NeMo-RL before 0.6.0 dumps text only: pass --tokenizer" in line
     extra = ("--max-tokens", str(BUDGET), "--tokenizer", str(tokenizer_dir))

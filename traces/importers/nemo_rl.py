@@ -13,7 +13,8 @@ micro-batches of size 1, so every field holds a one-element list:
 - `sample_loss_mask`, `advantages`, `generation_logprobs`, `prev_logprobs` (ignored), and
   `idx`, the line's index.
 
-N in the file name is the step (NeMo-RL counts from 1). The prompt is the tokens before
+N in the file name is the step (NeMo-RL counts from 1; v0.2.1-v0.4.0 counted the files
+from 0, so a dump with a `train_data_step0.jsonl` is numbered from 1 again). The prompt is the tokens before
 the first generated one; the response is the generated tokens (in a multi-turn dump the
 environment's tokens between turns, mask 0, count in neither). Groups: the batch repeats
 each prompt `num_generations_per_prompt` times and writes no group id, so a group is the
@@ -201,11 +202,16 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
     tok: TextTokenizer | None = None
     text_prompts: list[str] = []  # (a dump before 0.6.0: its rows' prompt texts)
     turn_counts: Counter[int] = Counter()  # (responses by their number of generated turns)
-    for path in files:
-        match = _NAME.match(path.name)
+    numbers = [_NAME.match(p.name) for p in files]
+    # v0.2.1-v0.4.0 named the files by the 0-based step (bd2e6458, v0.5.0, made it the step
+    # NeMo-RL prints, from 1): a dump with a step 0 file is numbered again from 1
+    shift = int(any(m is not None and int(m.group(1)) == 0 for m in numbers))
+    if shift:
+        rows.notes["steps"] = "file names count from 0 (NeMo-RL v0.2.1-v0.4.0): steps are those + 1"
+    for path, match in zip(files, numbers, strict=True):
         if match is None:
             raise DumpError(f"{path}: name is not train_data_step{{N}}.jsonl, so its step is unknown")
-        step = int(match.group(1))
+        step = int(match.group(1)) + shift
         for number, obj in json_lines(path):
             where = f"{path} line {number}"
             if "token_ids" not in obj:
