@@ -689,7 +689,7 @@ def run_sweep(
     check_sweep_dir(out, spec.path)
     (out / POINTS).mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex  # (a node sees DIR if its sweep.json holds it: simctl.sweep_transfer)
-    manifest = {"format": "simctl-sweep/1", "spec": str(spec.path), "points": len(spec.points)}
+    manifest: dict[str, Any] = {"format": "simctl-sweep/1", "spec": str(spec.path), "points": len(spec.points)}
     # While the run goes on, the manifest keeps describing the sweep whose table and report
     # DIR holds (a run of another spec that fails must not leave them mislabelled); it
     # names this spec once every point is complete.
