@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +301,30 @@ def test_roll_imports_generation_config(tmp_path: Path, tokenizer_dir: Path) -> 
     assert sorted(df["response_len"]) == sorted(n for *_, n in PLAN)
     assert (df["finish_reason"] == "length").sum() == N_CLIPPED
     replays(out)
+
+
+def test_roll_messages_are_rendered_with_the_chat_template(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """A `messages` column is the chat before the pipeline rendered it: its prompt length is
+    the chat template's, with the generation prompt (joined contents left out the template's
+    tokens: ROLL prompts came out about 45% short); without a template, they are joined."""
+    templated = tmp_path / "tok"
+    shutil.copytree(tokenizer_dir, templated)
+    config = json.loads((templated / "tokenizer_config.json").read_text())
+    config["chat_template"] = (
+        "{% for m in messages %}w0 {{ m['content'] }} w1 {% endfor %}"
+        "{% if add_generation_prompt %}w2{% endif %}"
+    )
+    (templated / "tokenizer_config.json").write_text(json.dumps(config))
+    dump = write_roll(tmp_path / "dump")
+    for f in dump.glob("*.jsonl"):
+        data = json.loads(f.read_text())
+        data["messages"] = [json.dumps([{"role": "user", "content": p}]) for p in data.pop("prompt")]
+        f.write_text(json.dumps(data) + "\n")
+    want = sorted(len(PROMPTS[p]) for _, p, _, _ in PLAN)
+    trace, _ = import_ok(tmp_path, "roll", dump, extra=("--tokenizer", str(templated)))
+    assert sorted(trace.df["prompt_len"]) == sorted(n + 3 for n in want)  # (w0 ... w1 w2)
+    joined, _ = import_ok(tmp_path, "roll", dump, extra=("--tokenizer", str(tokenizer_dir)))
+    assert sorted(joined.df["prompt_len"]) == want and "approximate" in joined.meta.notes["import"]["prompts"]
 
 
 # --- slime --------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ columns, each a list with one entry per response, restricted to `COLUMMNS_CONFIG
 
 Groups are the responses of a step with the same `id` (else the same prompt text); the
 group size, budget and temperature come from `generation_config` unless given. Token counts
-need `--tokenizer DIR` (text only is dumped): the prompt is `prompt`, or the contents of
-`messages` joined, so its length is approximate (the chat template is not applied).
+need `--tokenizer DIR` (text only is dumped): the prompt is `prompt`, or `messages` rendered
+with the tokenizer's chat template and its generation prompt, as the pipeline renders them
+(without a template in the directory: their contents joined, shorter than the real prompt).
 
 The RLVR pipeline is single-turn (`roll/distributed/scheduler/user_defined_rollout_loop.py`:
 multi-turn is a TODO). The agentic pipeline (`roll/pipeline/agentic/agentic_pipeline.py`,
@@ -56,7 +57,7 @@ from simctl.traces.importers.common import (
     get,
     json_lines,
 )
-from simctl.traces.importers.tokenize import load_tokenizer, response_ids
+from simctl.traces.importers.tokenize import TextTokenizer, load_tokenizer, response_ids
 
 UPSTREAM = "alibaba/ROLL@8eb27cc2 roll/pipeline/rlvr/utils.py (dump_rollout_to_specific_path)"
 # (before Oct 2025, v0.1.x: one `rollout_data.jsonl`, a line of columns appended per step)
@@ -73,8 +74,10 @@ def _column(obj: dict[str, Any], key: str, n: int, where: str) -> list[Any] | No
     return values
 
 
-def _prompt_text(value: Any, key: str, where: str) -> str:
-    """`prompt` text, or `messages` (a list of {role, content}, or its JSON text) joined."""
+def _prompt_text(value: Any, key: str, where: str, tok: TextTokenizer | None = None) -> str:
+    """`prompt` text, or `messages` (a list of {role, content}, or its JSON text) as the
+    rollout rendered them: through the tokenizer's chat template (with the generation
+    prompt) where it has one, else their contents joined (shorter: no template tokens)."""
     if key == "prompt":
         return as_text(value, key, where)
     messages = value
@@ -85,6 +88,14 @@ def _prompt_text(value: Any, key: str, where: str) -> str:
             return value
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise DumpError(f"{where}: column 'messages' is not a list of chat messages")
+    if tok is not None and getattr(tok.hf, "chat_template", None):
+        try:
+            return str(tok.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        except Exception as exc:  # (jinja's errors, a message the template cannot render)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise DumpError(
+                f"{where}: column 'messages': the tokenizer's chat template failed ({first})"
+            ) from None
     return "\n".join(str(m.get("content", "")) for m in messages)
 
 
@@ -162,7 +173,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             key = next((k for k in ("prompt", "messages") if k in obj), None)
             if key is None:
                 raise DumpError(f"{where}: columns 'prompt' and 'messages' both missing")
-            texts = [_prompt_text(v, key, where) for v in _column(obj, key, n, where) or []]
+            texts = [_prompt_text(v, key, where, tok) for v in _column(obj, key, n, where) or []]
             ids = _column(obj, "id", n, where) or texts
             steps = _column(obj, "global_step", n, where)
             if steps is None:
@@ -190,4 +201,8 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                 rows.prompt_tokens.append(prompts[i])
                 rows.response_tokens.append(gen)
     rows.notes["tokens"] = "encoded again from the dump's decoded text"
+    if getattr(tok.hf, "chat_template", None) is None:
+        rows.notes["prompts"] = (
+            "messages joined without a chat template (the tokenizer has none): approximate"
+        )
     return rows, facts
