@@ -689,12 +689,14 @@ def run_sweep(
     check_sweep_dir(out, spec.path)
     (out / POINTS).mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex  # (a node sees DIR if its sweep.json holds it: simctl.sweep_transfer)
-    manifest: dict[str, Any] = {"format": "simctl-sweep/1", "spec": str(spec.path), "points": len(spec.points)}
+    manifest: dict[str, Any] = {"format": "simctl-sweep/1", "spec": str(spec.path)}
+    manifest["points"] = len(spec.points)
     # While the run goes on, the manifest keeps describing the sweep whose table and report
     # DIR holds (a run of another spec that fails must not leave them mislabelled); it
     # names this spec once every point is complete.
     previous = _manifest(out)
-    running = {**manifest, **{k: previous[k] for k in ("spec", "points") if k in previous}}
+    running = dict(manifest)
+    running.update((k, previous[k]) for k in ("spec", "points") if k in previous)
     write_json(out / MANIFEST, {**running, "run_token": token})
     work = point_costs(spec)
     tasks = pending_tasks(spec, out, command, work, checkpoint_s)
