@@ -61,13 +61,14 @@ from simctl.sweep_transfer import (
 from simctl.traces.atomic import remove_stale_temporaries
 from simctl.traces.outputs import OutputPathError, check_output_dir
 from simctl.traces.plugins import plugin_file
-from simctl.traces.run_format import RUN_JSON, RunDoc
+from simctl.traces.run_format import RUN_JSON, RUN_TABLES, TABLES, RunDoc
 
 if TYPE_CHECKING:
     from simctl.sim.replay import ReplaySetup
 
 POINTS = "points"
 MANIFEST = "sweep.json"
+PARQUET_MAGIC = b"PAR1"  # (the first and last 4 bytes of every Parquet file)
 TABLE = "sweep.parquet"
 STEPS_TABLE = "sweep_steps.parquet"
 REPORT = "report"
@@ -296,11 +297,27 @@ def complete_doc(path: Path, point: Point) -> dict[str, Any] | None:
     """The run.json of the point's directory where it is complete (`is_complete`), else None."""
     try:
         doc = json.loads((path / RUN_JSON).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    if isinstance(doc, dict) and doc.get(POINT_KEY) == json.loads(json.dumps(point.record())):
-        return doc
-    return None
+    if not (isinstance(doc, dict) and doc.get(POINT_KEY) == json.loads(json.dumps(point.record()))):
+        return None
+    return doc if _tables_whole(path) else None
+
+
+def _tables_whole(path: Path) -> bool:
+    """The run's tables are there and each has Parquet's magic bytes at both ends: a run
+    directory is written whole and renamed into place, so a table cut short or missing was
+    damaged since, and the point is run again rather than counted complete."""
+    for name in RUN_TABLES:
+        try:
+            with (path / TABLES[name].file).open("rb") as f:
+                head = f.read(4)
+                f.seek(-4, os.SEEK_END)
+                if head != PARQUET_MAGIC or f.read(4) != PARQUET_MAGIC:
+                    return False
+        except OSError:  # (missing, or shorter than 4 bytes: the seek fails)
+            return False
+    return True
 
 
 def make_task(out: Path, point: Point, command: str, checkpoint_s: float | None = None) -> PointTask:

@@ -354,6 +354,24 @@ def test_cli_sweep_and_resume(spec_path: Path, pool_sweep, tmp_path: Path) -> No
     pd.testing.assert_frame_equal(pd.read_parquet(out / "sweep.parquet"), pool_sweep[1])
 
 
+def test_a_point_whose_tables_were_damaged_runs_again(spec_path: Path, pool_sweep, tmp_path: Path) -> None:
+    """A point directory is written whole; a table cut short or gone since (a disk, a user)
+    makes the point incomplete, so a rerun runs it again instead of counting it done and
+    failing, or reading garbage, when the table is built."""
+    out = tmp_path / "sweep"
+    shutil.copytree(pool_sweep[0], out)
+    cut, gone = sorted((out / POINTS).iterdir())[:2]
+    requests = cut / "requests.parquet"
+    requests.write_bytes(requests.read_bytes()[:100])
+    (gone / "timeline.parquet").unlink()
+    res = CliRunner().invoke(main, ["sweep", str(spec_path), "--out", str(out), "--no-ray", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    assert "8 points: 2 run (process pool), 6 already complete" in res.output
+    pd.testing.assert_frame_equal(
+        _without_times(pd.read_parquet(out / "sweep.parquet")), _without_times(pool_sweep[1])
+    )
+
+
 def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     assert choose_backend(no_ray=False, workers=2, ray_address=None) is True
     assert choose_backend(no_ray=True, workers=2, ray_address=None) is False
