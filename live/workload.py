@@ -248,7 +248,7 @@ def _load(path: Path, steps: list[int] | None) -> tuple[Trace, list[int]]:
     try:
         trace = load_valid_trace(path)
     except TraceError as exc:
-        raise WorkloadError(str(exc).splitlines()[0]) from None
+        raise WorkloadError(exc.one_line()) from None
     if steps:
         missing = sorted(set(steps) - set(trace.steps))
         if missing:

@@ -68,7 +68,7 @@ def build_setup(
     try:
         trace = load_valid_trace(trace_path)
     except TraceError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(exc.one_line()) from None
     try:
         model_spec = model_of_trace(trace.meta, f"trace {trace_path}", model)
     except ValueError as exc:

@@ -387,9 +387,7 @@ class _Checker:
         try:
             trace = load_valid_trace(self.resolve(label))
         except TraceError as exc:
-            lines = str(exc).splitlines() or ["unreadable"]
-            more = f" (and {len(lines) - 1} more problems)" if len(lines) > 1 else ""
-            raise self.fail(key, lines[0] + more) from None
+            raise self.fail(key, exc.one_line()) from None
         if own_model:
             try:
                 model_of_trace(trace.meta, f"trace {label}")

@@ -178,6 +178,17 @@ def good_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_raw(tmp_path_factory.mktemp("good") / "t.parquet", base_frame(), base_meta())
 
 
+@pytest.mark.parametrize("command", [["replay"], ["trace", "inspect"]])
+def test_a_trace_with_several_problems_is_refused_in_one_line(tmp_path: Path, command: list[str]) -> None:
+    """The first problem and a count of the others (`trace validate` lists them): replay
+    and inspect printed one line per problem."""
+    bad = write_raw(tmp_path / "bad.parquet", base_frame().drop(columns=["step", "prompt_len"]), base_meta())
+    result = CliRunner().invoke(main, [*command, str(bad)])
+    (line,) = result.output.strip().splitlines()
+    assert result.exit_code == 1 and "missing required column 'step'" in line, result.output
+    assert line.endswith("(and 1 more problem: simctl trace validate lists them)"), line
+
+
 BAD_VALUES = ["abc", "1.7", "-1", "0", "nan", "inf", "maybe", "", "1e999"]
 _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
 

@@ -96,7 +96,7 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     try:
         tr = load_valid_trace(trace)
     except TraceError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(exc.one_line()) from None
     m = tr.meta
     console = Console(width=None if sys.stdout.isatty() else 200)
     # (a model outside the catalogue says which family its carried config is)

@@ -21,7 +21,17 @@ from simctl.traces.schema import METADATA_KEY, TraceMeta, column_type
 
 
 class TraceError(ValueError):
-    """A trace file that cannot be used; the message is one line naming file and field."""
+    """A trace file that cannot be used; the message is one line naming file and field
+    (a line per problem where validation found several: `one_line` for a command's error)."""
+
+    def one_line(self) -> str:
+        """The first problem, and how many more there are (`simctl trace validate` lists
+        every one): a command that cannot use the trace says so in one line."""
+        lines = str(self).splitlines() or ["unreadable trace"]
+        more = len(lines) - 1
+        if not more:
+            return lines[0]
+        return f"{lines[0]} (and {more} more problem{'s' * (more > 1)}: simctl trace validate lists them)"
 
 
 @dataclass
