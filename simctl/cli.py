@@ -8,6 +8,8 @@ as one line with click's exit status 2; `--debug` shows the traceback instead.
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Any
 
 import click
@@ -69,8 +71,16 @@ class SimctlGroup(click.Group):
             raise _one_line(exc) from None
 
     def invoke(self, ctx: click.Context) -> Any:
+        debug = bool(ctx.params.get("debug"))  # (parsed; the callback stores it in ctx.obj later)
         try:
-            with exit_on_sigterm():  # SIGTERM unwinds, so half-written outputs are removed
+            with exit_on_sigterm(), warnings.catch_warnings():  # SIGTERM unwinds: no half outputs
+                if not debug:
+                    # A library's warnings (a font without a glyph, numpy on an inf in a
+                    # damaged table) are several lines of its source on stderr; simctl says
+                    # what the user must know in its own one-line `warning:`s. --debug
+                    # shows them. (Pool and Ray workers started from here read the variable.)
+                    warnings.simplefilter("ignore")
+                    os.environ.setdefault("PYTHONWARNINGS", "ignore")
                 return super().invoke(ctx)
         except click.UsageError as exc:
             raise _one_line(exc) from None

@@ -45,6 +45,31 @@ def test_a_bug_says_it_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
 
 
+class Warning_(dict):
+    """Presets whose listing makes a library warn (as matplotlib does for a missing glyph)."""
+
+    def items(self):  # type: ignore[override]
+        import warnings
+
+        warnings.warn("Glyph 65296 missing from font(s) DejaVu Sans.", UserWarning, stacklevel=1)
+        return iter(())
+
+
+def test_library_warnings_stay_off_stderr_unless_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library's warning is its source lines on stderr; simctl says what matters in its
+    own one-line warnings, and --debug shows the library's too."""
+    import warnings
+
+    monkeypatch.setattr(presets, "PRESETS", Warning_())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet = CliRunner().invoke(main, ["trace", "presets"])
+    assert quiet.exit_code == 0 and "Glyph" not in quiet.output and not seen, quiet.output
+    with pytest.warns(UserWarning, match="Glyph 65296"):
+        loud = CliRunner().invoke(main, ["--debug", "trace", "presets"])
+    assert loud.exit_code == 0
+
+
 def test_debug_lets_the_traceback_through(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(presets, "PRESETS", Exploding(RuntimeError("boom")))
     result = CliRunner().invoke(main, ["--debug", "trace", "presets"])
