@@ -314,7 +314,10 @@ def _gpu_overrides(path: Path, data: dict[str, Any], gpu: GPUSpec) -> GPUSpec:
                 raise ValueError(f"cluster file {path.name}: field {key!r}={value!r} is outside {span}")
             changes[attr] = value * unit
     if "gpu_name" in data:
-        changes["name"] = _field(path, data, "gpu_name", str).strip() or gpu.name
+        name = _field(path, data, "gpu_name", str).strip()
+        if not name.isprintable() or len(name) > 80:  # (a name goes into one-line messages)
+            raise ValueError(f"cluster file {path.name}: field 'gpu_name' must be one printable line")
+        changes["name"] = name or gpu.name
     elif set(changes) - {"nvlink_bw", "rdma_bw"}:  # (link overrides keep the name, as before)
         changes["name"] = f"{gpu.name} (modified)"
     return dataclasses.replace(gpu, **changes) if changes else gpu
@@ -365,8 +368,8 @@ def _parse_toml(path: Path) -> ClusterSpec:
     problem = _worker_problem(nodes, per_node, tp, dp)
     if problem:
         raise ValueError(f"cluster file {path.name}: {problem}")
-    if util > 1.0:
-        raise ValueError(f"cluster file {path.name}: field 'gpu_mem_util'={util} must be <= 1")
+    if not 0.01 <= util <= 1.0:  # (below 1% no model's weights fit: a typo, shown as 0%)
+        raise ValueError(f"cluster file {path.name}: field 'gpu_mem_util'={util} must be in 0.01-1")
     return ClusterSpec(nodes, per_node, gpu, tp, float(util), source=str(path), dp=dp, weights=weights)
 
 

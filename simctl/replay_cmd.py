@@ -81,6 +81,10 @@ def build_setup(
         click.echo(said)
     try:
         spec = parse_cluster(cluster)
+    except (ValueError, OSError) as exc:
+        where = f" (the layout trace {trace_path} records; pass --cluster)" if said else ""
+        raise click.ClickException(str(exc).splitlines()[0] + where) from None
+    try:
         cost = load_cost_model(model_spec, spec, profile)
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None

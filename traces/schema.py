@@ -172,8 +172,14 @@ class TraceMeta:
         d = json.loads(text)
         if not isinstance(d, dict):
             raise ValueError("trace metadata is not a JSON object")
-        d["timing"] = StepTiming(**(d.get("timing") or {}))
-        d["step_timing"] = {int(k): StepTiming(**v) for k, v in (d.get("step_timing") or {}).items()}
+        for key in ("timing", "step_timing", "notes"):
+            if d.get(key) is not None and not isinstance(d[key], dict):
+                raise ValueError(f"field {key!r} is not a JSON object")
+        d["timing"] = _step_timing(d.get("timing") or {}, "timing")
+        d["step_timing"] = {
+            int(k): _step_timing(v, f"step_timing.{k}") for k, v in (d.get("step_timing") or {}).items()
+        }
+        d["notes"] = d.get("notes") or {}
         known = {f for f in cls.__dataclass_fields__}
         extra = {k: d.pop(k) for k in list(d) if k not in known}
         meta = cls(**d)
@@ -182,3 +188,14 @@ class TraceMeta:
 
     def timing_for(self, step: int) -> StepTiming:
         return self.step_timing.get(step, self.timing)
+
+
+def _step_timing(value: Any, key: str) -> StepTiming:
+    """A StepTiming from metadata field `key` (ValueError naming the field otherwise)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"field {key!r} is not a JSON object")
+    known = set(StepTiming.__dataclass_fields__)
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ValueError(f"field {key!r} has unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    return StepTiming(**value)

@@ -256,6 +256,8 @@ def test_a_gpu_outside_the_catalogue_from_its_datasheet(tmp_path: Path) -> None:
         ("nvlink_gbps = 1e-9\n", "field 'nvlink_gbps'=1e-09 GB/s is below 0.1 GB/s"),
         ("hbm_tbps = nan\n", "field 'hbm_tbps'=nan must be a finite positive float"),
         ("gpu_name = 3\n", "field 'gpu_name'=3 must be a string"),
+        ('gpu_name = "x\\ny\\nz"\n', "field 'gpu_name' must be one printable line"),
+        ("gpu_mem_util = 1e-300\n", "field 'gpu_mem_util'=1e-300 must be in 0.01-1"),
         ("hbm_gbs = 3\n", "unknown field 'hbm_gbs'"),
     ],
 )

@@ -63,6 +63,23 @@ def test_bad_metadata_field_is_one_line_naming_it(tmp_path: Path, change: dict, 
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"notes": "x"}, "field 'notes' is not a JSON object"),
+        ({"timing": [1]}, "field 'timing' is not a JSON object"),
+        ({"step_timing": {"1": 5}}, "field 'step_timing.1' is not a JSON object"),
+        ({"timing.bogus_s": 1.0}, "field 'timing' has unknown key 'bogus_s'"),
+    ],
+)
+def test_metadata_tables_of_another_shape_name_the_field(tmp_path: Path, change: dict, words: str) -> None:
+    """A metadata table that is not one (or has a key the reader does not know) is named,
+    not reported as Python's "'str' object has no attribute 'update'"."""
+    path = _trace(tmp_path, **change)
+    (problem,) = validate_file(path)
+    assert words in problem and str(path) in problem, problem
+
+
 def test_nan_timing_is_refused(tmp_path: Path) -> None:
     # json.dumps writes NaN as a bare token, which json.loads reads back as float('nan')
     problems = validate_file(_trace(tmp_path, **{"timing.reward_s": float("nan")}))
