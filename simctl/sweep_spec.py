@@ -234,35 +234,63 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     profiles = checker.profiles(sweep["profile"]) if "profile" in sweep else []
     # (cluster, model label, trace label) -> the profile that prices those points
     priced: dict[tuple[str, str, str], SweepProfile] = {}
+    # what a cluster and a target are whatever their spelling ("a100x8" is "A100x8:tp1")
+    clusters: dict[str, str] = {}
     for label in axes["clusters"]:
         cluster = checker.cluster(label, [target for _, _, target in named])
+        clusters[label] = json.dumps({**cluster.to_dict(), "source": None}, sort_keys=True)
         for model, trace_label, target in named if profiles else []:
             priced[label, model, trace_label] = checker.match_profile(profiles, label, cluster, target)
-    points = []
+    # (a named target by its catalogue name: "qwen2.5-7b" is "Qwen2.5-7B"; a trace's own
+    # model stays apart from a named one, even the same: "each trace's own, and this one
+    # for all" is a sensible axis over traces of several models)
+    targets = {(m, t): f"named {target.name}" if m else TRACE_MODEL for m, t, target in named}
+    points, same = [], []
     for combo in _combinations(axes, groups):
         trace = combo["traces"]
-        checker.select_steps(combo["steps"], trace, traces[trace])
+        chosen = checker.select_steps(combo["steps"], trace, traces[trace])
         profile = None
         if profiles:
             profile = priced[combo["clusters"], combo["models"], "" if combo["models"] else trace]
+        simulation = (
+            str(checker.resolve(trace)),
+            tuple(chosen),
+            clusters[combo["clusters"]],
+            targets[combo["models"], "" if combo["models"] else trace],
+            combo["max_num_seqs"],
+            combo["seeds"],
+            profile.label if profile else "",
+        )
         for family, params in policies:
             points.append(checker.point(combo, family, params, traces[trace], models, profile))
+            same.append(simulation)
             if len(points) > MAX_POINTS:
                 raise SweepSpecError(f"{path}: more than {MAX_POINTS} points; split the sweep")
-    _check_unique(path, points)
+    _check_unique(path, points, same)
     return SweepSpec(path=path, points=points, traces=traces)
 
 
-def _check_unique(path: Path, points: list[Point]) -> None:
-    seen: set[str] = set()
-    for p in points:
+def _check_unique(path: Path, points: list[Point], simulations: list[tuple[Any, ...]]) -> None:
+    """No point twice, written alike (a value listed twice, two grids overlapping) or not
+    (steps "0" and "0:1" of a trace whose first step is 0, a cluster or target spelled two
+    ways, one trace under two paths): the same simulation, run and tabled twice."""
+    seen: dict[str, Point] = {}
+    by_simulation: dict[tuple[Any, ...], Point] = {}
+    for p, simulation in zip(points, simulations, strict=True):
         if p.point_id in seen:
             raise SweepSpecError(
                 f"{path}: point {p.policy_spec} trace={p.trace} steps={p.steps} cluster={p.cluster} "
                 f"max_num_seqs={p.max_num_seqs} seed={p.seed} appears twice (a value listed twice, or two "
                 "grids overlap)"
             )
-        seen.add(p.point_id)
+        seen[p.point_id] = p
+        twin = by_simulation.setdefault((p.policy_spec, *simulation), p)
+        if twin is not p:
+            raise SweepSpecError(
+                f"{path}: point {p.policy_spec} trace={p.trace} steps={p.steps} cluster={p.cluster} "
+                f"model={p.model or TRACE_MODEL} is the simulation of trace={twin.trace} steps={twin.steps} "
+                f"cluster={twin.cluster} model={twin.model or TRACE_MODEL} written another way; list it once"
+            )
 
 
 def _combinations(axes: Mapping[str, list[Any]], groups: list[list[str]]) -> Iterator[dict[str, Any]]:
@@ -473,9 +501,10 @@ class _Checker:
             key, f"no profile of sweep.profile prices {model.name} at tp={spec.tp}: " + "; ".join(why)
         )
 
-    def select_steps(self, steps: str, label: str, trace: Trace) -> None:
+    def select_steps(self, steps: str, label: str, trace: Trace) -> list[int]:
+        """The trace's steps that `steps` selects (none: one line)."""
         if steps == ALL_STEPS:
-            return
+            return list(trace.steps)
         available = trace.steps
         if ":" in steps:
             a, b = steps.split(":", 1)
@@ -488,6 +517,7 @@ class _Checker:
                 f"sweep.steps = {steps!r}",
                 f"selects no step of {label} (it has steps {available[0]}..{available[-1]})",
             )
+        return chosen
 
     def policies(self, table: dict[str, Any]) -> list[tuple[Family[Any], dict[str, Any]]]:
         """(family, given parameters) for every grid point of every policy."""

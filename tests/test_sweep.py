@@ -451,6 +451,18 @@ BAD = {
         "[sweep]\ntraces=['{t}']\nsteps='\uff10:\uff12'\n[policies]\nverl={{}}\n",
         "A:B",
     ),
+    "steps written two ways": (
+        "[sweep]\ntraces=['{t}']\nsteps=['0', '0:1']\n[policies]\nverl={{}}\n",
+        "written another way",
+    ),
+    "cluster written two ways": (
+        "[sweep]\ntraces=['{t}']\nclusters=['a100x8:tp1', 'A100x8:tp1']\n[policies]\nverl={{}}\n",
+        "written another way",
+    ),
+    "model written two ways": (
+        "[sweep]\ntraces=['{t}']\nmodels=['Qwen3-8B', 'qwen3-8b']\n[policies]\nverl={{}}\n",
+        "written another way",
+    ),
     "repeated value": ("[sweep]\ntraces=['{t}']\n[policies]\nngram={{gamma=[2, 2]}}\n", "twice"),
     "not toml": ("[sweep\n", "not valid TOML"),
 }
