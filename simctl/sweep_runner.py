@@ -646,6 +646,11 @@ class SweepResult:
 def check_sweep_dir(out: Path, spec_path: Path) -> None:
     """DIR is new, empty, or a sweep directory (it has sweep.json); one line otherwise."""
     check_output_dir(out, inputs=[spec_path], what="--out sweep directory")
+    for name in (POINTS, MANIFEST):  # (what the sweep writes there, of the kind it writes)
+        part = out / name
+        if part.exists() and part.is_dir() != (name == POINTS):
+            kind = "a directory" if name == POINTS else "a file"
+            raise OutputPathError(f"{part}: exists and is not {kind}; not a sweep directory")
     if out.is_dir() and not (out / MANIFEST).is_file():
         foreign = [p.name for p in out.iterdir() if not p.name.startswith(".")]
         if foreign:

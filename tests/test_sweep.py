@@ -495,6 +495,14 @@ def test_out_must_be_a_sweep_directory(spec_path: Path, tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["sweep", str(spec_path), "--out", str(tmp_path / "out"), "--no-ray"])
     assert res.exit_code == 1 and "not a sweep directory" in res.output
     assert json.dumps(sorted(os.listdir(tmp_path / "out"))) == '["thesis.tex"]'
+    for damaged, make in (("points", Path.write_text), ("sweep.json", Path.mkdir)):
+        other = tmp_path / f"out-{damaged}"
+        other.mkdir()
+        make(other / damaged, *(["x"] if make is Path.write_text else []))
+        res = CliRunner().invoke(main, ["sweep", str(spec_path), "--out", str(other), "--no-ray"])
+        (line,) = res.output.strip().splitlines()
+        assert res.exit_code == 1 and f"{other / damaged}: exists and is not a" in line, line
+        assert "not a sweep directory" in line and os.listdir(other) == [damaged]
 
 
 def test_relative_trace_falls_back_to_the_current_directory(tmp_path: Path, monkeypatch) -> None:
