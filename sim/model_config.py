@@ -154,6 +154,8 @@ def read_config_file(path: str | Path) -> tuple[str, dict[str, Any]]:
         raise ModelConfigError(f"model config {file}: cannot read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise ModelConfigError(f"model config {file}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ModelConfigError(f"model config {file}: JSON nested too deeply") from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"model config {file}: not a JSON object")
     name = file.parent.resolve().name if file.name == "config.json" else file.stem

@@ -559,6 +559,8 @@ def read_run_doc(path: Path) -> RunDocument:
         doc = json.loads(doc_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RunFormatError(f"{doc_path}: unreadable JSON ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise RunFormatError(f"{doc_path}: unreadable JSON (nested too deeply)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("policies"), dict) or not doc["policies"]:
         raise RunFormatError(f"{doc_path}: no 'policies' object (not a run document)")
     ver = doc.get("format_version", 1)

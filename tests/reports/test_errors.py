@@ -110,3 +110,11 @@ def test_provenance_of_other_types_renders(fresh_run, tmp_path, bad, where):
         assert "\n" not in str(exc)
     else:
         assert index.is_file()
+
+
+def test_run_json_nested_too_deeply_names_the_file(tmp_path):
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "run.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ReportError, match=r"r/run\.json: unreadable JSON \(nested too deeply\)"):
+        build_report([d], tmp_path / "out")

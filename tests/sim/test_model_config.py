@@ -526,3 +526,11 @@ def test_a_directory_decides_the_architecture_even_under_a_catalogue_name(tmp_pa
     assert name == "Qwen2.5-7B" and config is not None and config["vocab_size"] == 160000
     meta = TraceMeta(group_size=4, model=name, model_config=config)
     assert model_of_trace(meta, "t").vocab == 160000  # the trace's config, not the catalogue
+
+
+def test_a_config_nested_too_deeply_names_the_file(tmp_path: Path) -> None:
+    from simctl.sim.model_config import read_config_file
+
+    (tmp_path / "config.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ModelConfigError, match=r"config\.json: JSON nested too deeply"):
+        read_config_file(tmp_path)
