@@ -52,6 +52,7 @@ from typing import Any
 from simctl.sim.model_spec import ModelSpec, mla_attn_params
 from simctl.traces.paths import user_path
 
+COUNT_LIMIT = 2**31 - 1  # (the largest size, count or context a config field may give)
 DENSE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "granite", "phi3")
 # Multimodal configs that keep their language model's fields at the top level (Qwen2-VL,
 # Qwen2.5-VL): read as that language model.
@@ -333,10 +334,16 @@ class _Fields:
         return str(self._get(key, _MISSING, lambda v: isinstance(v, str), "a string"))
 
     def count(self, key: str, default: object = _MISSING, zero: bool = False) -> int:
-        """A positive integer (`zero`: or 0); `default` where absent (None: required)."""
+        """A positive integer (`zero`: or 0) below 2**31 (no model has a dimension, count or
+        context beyond: a larger one is a typo, which would surface as another field's
+        problem); `default` where absent (None: required)."""
         low = 0 if zero else 1
         want = "a non-negative integer" if zero else "a positive integer"
-        return int(self._get(key, default, lambda v: _is_int(v) and v >= low, want))
+        value = int(self._get(key, default, lambda v: _is_int(v) and v >= low, want))
+        if value > COUNT_LIMIT:
+            shown = str(value) if len(str(value)) <= 20 else str(value)[:17] + "..."
+            raise ModelConfigError(f"{self.source}: field '{key}' = {shown} exceeds {COUNT_LIMIT}")
+        return value
 
     def top_k(self, key: str, experts: int, experts_key: str) -> int:
         """Experts per token: at least 1, at most the experts there are."""

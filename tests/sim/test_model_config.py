@@ -253,6 +253,7 @@ def test_a_nested_language_model_is_read() -> None:
         ({"num_hidden_layers": "28"}, "field 'num_hidden_layers' must be a positive integer, got '28'"),
         ({"num_hidden_layers": 0}, "field 'num_hidden_layers' must be a positive integer, got 0"),
         ({"vocab_size": True}, "field 'vocab_size' must be a positive integer, got True"),
+        ({"hidden_size": 10**30}, "field 'hidden_size' = 10000000000000000... exceeds 2147483647"),
         ({"tie_word_embeddings": "no"}, "field 'tie_word_embeddings' must be true or false, got 'no'"),
         ({"num_key_value_heads": 5}, "'num_key_value_heads' = 5 does not divide num_attention_heads = 28"),
         ({"num_attention_heads": 27}, "field 'head_dim' missing"),
