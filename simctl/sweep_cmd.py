@@ -18,10 +18,12 @@ import click
 
 from simctl.sweep_checkpoint import CHECKPOINT_S
 from simctl.sweep_runner import (
+    POINTS,
     TABLE,
     SweepResult,
     check_sweep_dir,
     default_workers,
+    other_points,
     ray_available,
     run_sweep,
 )
@@ -146,6 +148,12 @@ def sweep_cmd(
     _table, _steps, index = write_outputs(spec, out, result.backend)
     click.echo(f"wrote {out / TABLE}")
     click.echo(f"report: {index}")
+    others = other_points(spec, out)
+    if others:
+        click.echo(
+            f"note: {out / POINTS} keeps {others} point(s) of another spec, left out of this table "
+            "and report (a rerun of that spec tables them again)"
+        )
 
 
 def _dry_run(spec_path: Path, out: Path | None, workers: int | None, plugins: tuple[str, ...]) -> None:

@@ -750,6 +750,18 @@ def run_sweep(
     return SweepResult(len(spec.points), len(tasks), skipped, backend, time.perf_counter() - t0)
 
 
+def other_points(spec: SweepSpec, out: Path) -> int:
+    """Point directories in DIR that are no point of `spec` (an earlier sweep of another
+    spec into DIR): kept, but out of this spec's table, which a user should be told."""
+    ours = {p.point_id for p in spec.points}
+    try:
+        entries = list((out / POINTS).iterdir())
+    except OSError:
+        return 0
+    # (a point's directory is named by its id alone; checkpoints and temporaries have dots)
+    return sum(1 for e in entries if e.is_dir() and "." not in e.name and e.name not in ours)
+
+
 def _manifest(out: Path) -> dict[str, Any]:
     """DIR's sweep.json as it is ({} where there is none or it cannot be read)."""
     try:

@@ -587,9 +587,12 @@ def test_a_failed_sweep_leaves_the_directory_describing_its_last_complete_sweep(
     after = json.loads((out / "sweep.json").read_text())
     assert (after["spec"], after["points"]) == (done["spec"], done["points"]) == (str(first), 1)
     shutil.copy(ROOT / SAMPLE, trace)
-    assert run_sweep(load_spec(second), out, workers=1, use_ray=False).ran == 2
+    res = CliRunner().invoke(main, ["sweep", str(second), "--out", str(out), "--no-ray", "--workers", "1"])
+    assert res.exit_code == 0 and "2 points: 2 run" in res.output, res.output
     after = json.loads((out / "sweep.json").read_text())
     assert (after["spec"], after["points"]) == (str(second), 2)
+    # the first spec's point is kept but not in this table: said so
+    assert f"note: {out / 'points'} keeps 1 point(s) of another spec" in res.output
 
 
 def test_joined_cluster_without_shared_files(
