@@ -270,7 +270,10 @@ def load_study(run_dirs: list[Path], notes: Notes) -> Study:
                 continue
             pairs.append((run, str(policy), frame))
     if not pairs:
-        detail = "; ".join(problems) if problems else "no policy has per-step metrics"
+        detail = "; ".join(problems)
+        if not problems:
+            where = f"{runs[0].path / 'run.json'}: " if runs else ""
+            detail = f"{where}no policy has per-step metrics"
         raise ReportError(f"no usable run: {detail}")
     labels = _labels([(r, p) for r, p, _ in pairs])
     series = [

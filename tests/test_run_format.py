@@ -140,6 +140,19 @@ def test_missing_column_is_a_one_line_error(sim_run: Path, tmp_path: Path) -> No
     assert "requests.parquet" in msg and "'finish_s'" in msg and "expected double" in msg and "missing" in msg
 
 
+def test_a_file_that_is_no_run_table_is_described_by_what_it_lacks(sim_run: Path, tmp_path: Path) -> None:
+    """A requests.parquet of other columns (and so no run id) was reported as part of
+    another run; it is a file in the wrong format, and the columns it lacks say so."""
+    import pyarrow as pa
+
+    run = _copy(sim_run, tmp_path)
+    pq.write_table(pa.table({"x": [1, 2]}), run / "requests.parquet")
+    doc = json.loads((run / "run.json").read_text())
+    with pytest.raises(RunFormatError) as exc:
+        read_table_info(run, "requests", FORMAT_VERSION, doc.get("run_id") or "some-run")
+    assert "parts of different runs" not in str(exc.value) and "'finish_s'" in str(exc.value)
+
+
 def test_wrong_dtype_is_a_one_line_error(sim_run: Path, tmp_path: Path) -> None:
     run = _copy(sim_run, tmp_path)
     table = pq.read_table(run / "timeline.parquet")

@@ -616,6 +616,13 @@ def read_table_info(run_dir: Path, name: str, version: int, run_id: str | None =
     except (OSError, pa.ArrowException) as exc:
         raise RunFormatError(f"{path}: unreadable ({str(exc).splitlines()[0]})") from None
     info = TableInfo(path=path, schema=pf.schema_arrow, num_rows=pf.metadata.num_rows)
+    if version < 2 and (info.num_rows == 0 or len(info.schema.names) == 0):
+        return info
+    # (the format first: a file that is no table of a run has no run id either, and is
+    # better described by what it lacks than as part of another run)
+    problems = schema_problems(spec, info.schema, version)
+    if problems:
+        raise RunFormatError(f"{path}: {'; '.join(problems)}")
     if run_id is not None and version >= 2:
         found = (info.schema.metadata or {}).get(RUN_ID_KEY, b"").decode(errors="replace") or "none"
         if found != run_id:
@@ -623,9 +630,4 @@ def read_table_info(run_dir: Path, name: str, version: int, run_id: str | None =
                 f"{run_dir}: parts of different runs: {spec.file} is from run {found}, "
                 f"{RUN_JSON} from run {run_id}; write the run again"
             )
-    if version < 2 and (info.num_rows == 0 or len(info.schema.names) == 0):
-        return info
-    problems = schema_problems(spec, info.schema, version)
-    if problems:
-        raise RunFormatError(f"{path}: {'; '.join(problems)}")
     return info
