@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import itertools
 import os
 import shutil
@@ -75,6 +76,9 @@ def remove_stale_temporaries(path: Path) -> list[Path]:
 def atomic_write(path: Path, writer: Callable[[Path], object]) -> None:
     """Run ``writer(tmp)`` then rename the result over `path`; nothing is left on failure."""
     path = Path(path)
+    if os.path.lexists(path) and not path.is_file():  # (a FIFO, device, broken link, loop)
+        # renaming over it would replace it with a file: /dev/null, as root
+        raise OSError(errno.EEXIST, "exists and is not a regular file; not replacing it", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
     tmp = temp_sibling(path)

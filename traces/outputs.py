@@ -63,6 +63,20 @@ def _is_kind(path: Path, kind: str) -> bool:
     return not head or head.startswith(_MAGIC[kind])
 
 
+def check_regular(path: Path, what: str) -> None:
+    """An existing output is a regular file (a link to one included): the write renames a
+    new file over the path, which would replace a FIFO, a device (/dev/null, as root) or a
+    broken link or link loop with a file, silently."""
+    if path.is_symlink() and not path.exists():
+        raise OutputPathError(
+            f"{path}: is a broken symbolic link or a link loop; not writing the {what} there"
+        )
+    if path.exists() and not path.is_file():
+        raise OutputPathError(
+            f"{path}: exists and is not a regular file (a device, FIFO or socket); not the {what}"
+        )
+
+
 def check_output_file(
     path: Path,
     inputs: Iterable[Path] = (),
@@ -80,6 +94,7 @@ def check_output_file(
             raise OutputPathError(f"{path}: is the input {source}; the {what} would overwrite it")
     if path.is_dir():
         raise OutputPathError(f"{path}: is a directory, expected a file for the {what}")
+    check_regular(path, what)
     if suffixes is not None:
         allowed = sorted(suffixes)
         if path.suffix.lower() not in allowed:
