@@ -423,7 +423,13 @@ def test_slime_refuses_pickled_objects(tmp_path: Path) -> None:
     assert "only torch.load(weights_only=True)" in line and "pickled code ran" not in line
     plain = tmp_path / "1.pt"
     plain.write_bytes(pickle.dumps({"rollout_id": 0}))
-    assert "weights_only" in import_fails(tmp_path, "slime", plain, extra=("--max-tokens", "16"))
+    assert "not a readable torch.save file" in import_fails(
+        tmp_path, "slime", plain, extra=("--max-tokens", "16")
+    )
+    # an empty file is damaged, not a security refusal
+    plain.write_bytes(b"")
+    line = import_fails(tmp_path, "slime", plain, extra=("--max-tokens", "16"))
+    assert line.endswith("1.pt: not a readable torch.save file (EOFError: EOFError)"), line
 
 
 # --- table --------------------------------------------------------------------------------
@@ -503,6 +509,38 @@ def test_hostile_dumps_are_one_line(tmp_path: Path, tokenizer_dir: Path) -> None
     assert "field 'seqlen' is '9', expected an integer" in import_fails(tmp_path, "areal", areal, extra=opts)
     areal.write_text(json.dumps({**full, "prompt_len": -4}) + "\n")
     assert "'prompt_len' -4" in import_fails(tmp_path, "areal", areal, extra=opts)
+    # numbers an int64 column cannot hold, or no number at all, and text no tokenizer takes
+    for value in ("NaN", "Infinity", str(10**30), "1e308", "9" * 5000):
+        areal.write_text(json.dumps(full).replace('"seqlen": 9', f'"seqlen": {value}') + "\n")
+        line = import_fails(tmp_path, "areal", areal, extra=opts)
+        assert f"{areal} line 1: " in line and ("expected an integer" in line or "not JSON" in line), line
+    table = d / "t.csv"
+    for value in ("inf", "1" + "0" * 40):
+        table.write_text(f"step,prompt_id,sample,prompt_len,response_len\n1,1,0,{value},5\n")
+        line = import_fails(tmp_path, "table", table, extra=opts)
+        assert f"{table} row 1: column 'prompt_len' is " in line and "np." not in line, line
+    verl = d / "v"
+    verl.mkdir()
+    (verl / "1.jsonl").write_text(
+        json.dumps({"input": "w1", "output": "w2", "score": 1, "step": 1}).replace('"w2"', '"\\ud800"') + "\n"
+    )
+    line = import_fails(tmp_path, "verl", verl, extra=(*opts, "--tokenizer", str(tokenizer_dir)))
+    assert "cannot encode '\\ud800' of the dump" in line, line
+    for option in ("--max-tokens", "--group-size", "--steps-per-epoch"):
+        res = run(
+            "trace",
+            "import",
+            "areal",
+            str(areal),
+            "-o",
+            str(tmp_path / "x.parquet"),
+            "--model",
+            MODEL,
+            *opts,
+            option,
+            str(10**30),
+        )
+        assert res.exit_code == 2 and f"'{option}': {10**30} is not in the range" in res.output, res.output
     nothing = tmp_path / "nothing"
     nothing.mkdir()
     (nothing / "readme.txt").write_text("x")

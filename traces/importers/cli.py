@@ -23,6 +23,9 @@ from simctl.traces.outputs import check_output_file
 
 #: The formats `simctl trace import` reads (traces/importers/<format>.py each).
 FORMAT_NAMES = ("verl", "areal", "nemo-rl", "roll", "slime", "table")
+#: The largest budget, group size, turn count or epoch length an option takes (beyond, a
+#: typo that would wrap around in the trace's columns).
+MAX_OPTION = 2**31 - 1
 #: Turns --model into (the name to record, the model_config to record or None), raising
 #: ValueError for a model it does not know.
 _model_check: Callable[[str], tuple[str, dict[str, Any] | None]] | None = None
@@ -64,8 +67,14 @@ def _model(name: str) -> tuple[str, dict[str, Any] | None]:
     required=True,
     help="Rollout model (recorded for replay): a catalogue name, or a HF model directory or its config.json.",
 )
-@click.option("--max-tokens", type=click.IntRange(min=1), help="Generation budget, where the dump has none.")
-@click.option("--group-size", type=click.IntRange(min=1), help="Responses per prompt (GRPO group size).")
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1, max=MAX_OPTION),
+    help="Generation budget, where the dump has none.",
+)
+@click.option(
+    "--group-size", type=click.IntRange(min=1, max=MAX_OPTION), help="Responses per prompt (GRPO group size)."
+)
 @click.option(
     "--tokenizer",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -78,13 +87,15 @@ def _model(name: str) -> tuple[str, dict[str, Any] | None]:
 )
 @click.option(
     "--max-turns",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_OPTION),
     help=(
         "areal: a multi-turn workflow's max_turns (each turn's budget is --max-tokens); "
         "verl: 1 says no response took a second turn (more is refused)."
     ),
 )
-@click.option("--steps-per-epoch", type=click.IntRange(min=1), help="Steps per pass over the prompts.")
+@click.option(
+    "--steps-per-epoch", type=click.IntRange(min=1, max=MAX_OPTION), help="Steps per pass over the prompts."
+)
 @click.option(
     "--temperature", type=NumberRange(min=0.0), help="Sampling temperature (default: the dump's, or 1)."
 )

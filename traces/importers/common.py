@@ -200,6 +200,8 @@ def json_lines(path: Path, empty: RowSet | None = None) -> Iterator[tuple[int, d
                     raise DumpError(f"{path} line {number}: not JSON ({exc.msg})") from None
                 except RecursionError:
                     raise DumpError(f"{path} line {number}: JSON nested too deeply") from None
+                except ValueError as exc:  # (an integer of thousands of digits)
+                    raise DumpError(f"{path} line {number}: not JSON ({str(exc)[:80]})") from None
                 if not isinstance(obj, dict):
                     raise DumpError(f"{path} line {number}: expected a JSON object, got {type(obj).__name__}")
                 seen = True
@@ -219,10 +221,22 @@ def get(obj: dict[str, Any], key: str, where: str) -> Any:
     return obj[key]
 
 
+#: The largest count a dump's field may hold: lengths, steps and ids past it are typos or
+#: damage, and would wrap around in the trace's int64 columns.
+MAX_COUNT = 2**53
+
+
 def as_int(value: Any, key: str, where: str) -> int:
-    """An integer field (JSON numbers that are whole count; booleans and text do not)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise DumpError(f"{where}: field '{key}' is {_show(value)}, expected an integer")
+    """An integer field (JSON numbers that are whole count; booleans, text, NaN, infinity
+    and numbers past MAX_COUNT do not)."""
+    whole = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and -MAX_COUNT <= value <= MAX_COUNT  # (NaN fails here, before int() sees it)
+        and value == int(value)
+    )
+    if not whole:
+        raise DumpError(f"{where}: field '{key}' is {_show(value)}, expected an integer of at most 2**53")
     return int(value)
 
 

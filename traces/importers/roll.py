@@ -86,6 +86,8 @@ def _prompt_text(value: Any, key: str, where: str, tok: TextTokenizer | None = N
             messages = json.loads(value)
         except json.JSONDecodeError:
             return value
+        except (ValueError, RecursionError):  # (an integer of thousands of digits, nesting)
+            raise DumpError(f"{where}: column 'messages' is JSON this reader cannot hold") from None
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise DumpError(f"{where}: column 'messages' is not a list of chat messages")
     if tok is not None and getattr(tok.hf, "chat_template", None):
@@ -106,11 +108,16 @@ def _facts(params: list[Any] | None, where: str) -> FormatFacts:
     try:
         meta = json.loads(params[0]) if isinstance(params[0], str) else params[0]
         config = meta.get("generation_config") or {}
-    except (json.JSONDecodeError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # (not JSON, not a table, too deep)
         raise DumpError(f"{where}: column 'sampling_params' is not JSON of the batch meta_info") from None
+    if not isinstance(config, dict):
+        raise DumpError(f"{where}: column 'sampling_params': 'generation_config' is not a JSON object")
     facts = FormatFacts()
-    if config.get("max_new_tokens") is not None and config["max_new_tokens"] > 0:
-        facts.max_tokens = as_int(config["max_new_tokens"], "generation_config.max_new_tokens", where)
+    if config.get("max_new_tokens") is not None:
+        budget = as_int(config["max_new_tokens"], "generation_config.max_new_tokens", where)
+        if budget < 1:
+            raise DumpError(f"{where}: field 'generation_config.max_new_tokens' is {budget}, expected >= 1")
+        facts.max_tokens = budget
     if config.get("num_return_sequences") is not None:
         n = as_int(config["num_return_sequences"], "generation_config.num_return_sequences", where)
         # with `is_num_return_sequences_expand` (the async pipeline's setting) ROLL sends each

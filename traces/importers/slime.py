@@ -161,9 +161,14 @@ def load(path: Path) -> Any:
             for item in _allowed()
         }
         unsafe = [u for u in unsafe if u not in allowed]
-        why = f"it would build {', '.join(unsafe[:3])}" if unsafe else f"it failed ({first[:160]})"
+        if not unsafe:  # (no object it refuses to build: the file itself is damaged or empty)
+            shown = first if len(first) <= 80 else first[:77] + "..."
+            raise DumpError(
+                f"{path}: not a readable torch.save file ({type(exc).__name__}: {shown})"
+            ) from None
         raise DumpError(
-            f"{path}: refused: only torch.load(weights_only=True) loading is allowed, and {why}"
+            f"{path}: refused: only torch.load(weights_only=True) loading is allowed, and it would build "
+            f"{', '.join(unsafe[:3])}"
         ) from None
 
 

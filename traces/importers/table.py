@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simctl.traces.importers.common import (
+    MAX_COUNT,
     DumpError,
     FormatFacts,
     ImportOptions,
@@ -78,23 +79,34 @@ def _integers(df: pd.DataFrame, path: Path) -> pd.DataFrame:
         if name not in df.columns:
             continue
         values = pd.to_numeric(df[name], errors="coerce").astype("float64")
-        bad = values.isna().to_numpy() | (values.to_numpy() != np.round(values.to_numpy()))
+        v = values.to_numpy()
+        with np.errstate(invalid="ignore"):
+            # (NaN and infinity, fractions, and counts past MAX_COUNT, which wrap in int64)
+            bad = values.isna().to_numpy() | (v != np.round(v)) | ~(np.abs(v) <= MAX_COUNT)
         if name in ("max_tokens", "epoch"):
             bad &= df[name].notna().to_numpy()
         if bad.any():
             i = int(np.argmax(bad))
-            shown = df[name].iloc[i]
-            raise DumpError(f"{path} row {i + 1}: column '{name}' is {shown!r}, expected an integer")
+            shown = _plain(df[name].iloc[i])
+            raise DumpError(
+                f"{path} row {i + 1}: column '{name}' is {shown}, expected an integer of at most 2**53"
+            )
         df[name] = values
     if "reward" in df.columns:
         reward = pd.to_numeric(df["reward"], errors="coerce")
         bad = ~np.isfinite(reward.to_numpy(np.float64))
         if bad.any():
             i = int(np.argmax(bad))
-            shown = df["reward"].iloc[i]
-            raise DumpError(f"{path} row {i + 1}: column 'reward' is {shown!r}, expected a number")
+            shown = _plain(df["reward"].iloc[i])
+            raise DumpError(f"{path} row {i + 1}: column 'reward' is {shown}, expected a number")
         df["reward"] = reward
     return df
+
+
+def _plain(value: Any) -> str:
+    """A cell as written (numpy scalars as Python's), cut to 40 characters."""
+    text = repr(value.item() if isinstance(value, np.generic) else value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _ids(value: Any, name: str, where: str) -> list[int]:

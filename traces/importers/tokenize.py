@@ -29,7 +29,13 @@ class TextTokenizer:
         """Ids of each text, as the model would have generated them (no BOS added)."""
         if not texts:
             return []
-        return [list(ids) for ids in self.hf(texts, add_special_tokens=False)["input_ids"]]
+        try:
+            return [list(ids) for ids in self.hf(texts, add_special_tokens=False)["input_ids"]]
+        except (TypeError, ValueError) as exc:  # (a lone surrogate a JSON escape produced)
+            bad = next((t for t in texts if not _encodable(t)), None)
+            shown = repr(bad[:40]) if bad is not None else "a text"
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:80]
+            raise DumpError(f"--tokenizer {self.path}: cannot encode {shown} of the dump ({first})") from None
 
 
 def load_tokenizer(path: Path | None, fmt: str) -> TextTokenizer:
@@ -47,9 +53,13 @@ def load_tokenizer(path: Path | None, fmt: str) -> TextTokenizer:
         raise DumpError(f"{path}: --tokenizer must be a local Hugging Face tokenizer directory")
     try:
         hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise DumpError(f"{path}: cannot load a tokenizer from this directory ({first})") from None
+    except RecursionError:
+        raise DumpError(
+            f"{path}: cannot load a tokenizer from this directory (JSON nested too deeply)"
+        ) from None
     eos = getattr(hf, "eos_token_id", None)
     return TextTokenizer(hf=hf, eos_id=eos if isinstance(eos, int) else None, path=path)
 
@@ -68,3 +78,13 @@ def response_ids(
     if tok.eos_id is not None:
         return [*ids, tok.eos_id], False if budget is not None else None
     return ids, None
+
+
+def _encodable(text: str) -> bool:
+    """Whether `text` is valid Unicode text (no lone surrogate, which JSON's \\ud800 escape
+    makes and no tokenizer takes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
