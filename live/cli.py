@@ -63,6 +63,18 @@ def _progress() -> Progress:
     )
 
 
+#: Upper bounds of the options (beyond them a value is a typo that would run for hours,
+#: open more files than a process may, or overflow: 10**30 tokens, threads or workers).
+MAX_WORKERS = 4096  # (one engine each: a 512-GPU cluster at tp1, 8x over)
+MAX_COUNT = 2**31 - 1
+MAX_GROUP = 4096
+MAX_TOKENS = 2**21  # (2M new tokens per response)
+MAX_TEMPERATURE = 100.0
+MAX_TRACE_SCALE = 1000.0
+MAX_KV_GIB = 1e6
+MAX_THREADS = 1024
+
+
 @click.command("live")
 @click.option("--backend", type=click.Choice(["torch", "vllm"]), default="torch", show_default=True)
 @click.option(
@@ -77,7 +89,7 @@ def _progress() -> Progress:
 )
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_WORKERS),
     default=1,
     show_default=True,
     help="Rollout workers (one engine each).",
@@ -97,7 +109,7 @@ def _progress() -> Progress:
 )
 @click.option(
     "--trace-scale",
-    type=NumberRange(min=0.0, min_open=True),
+    type=NumberRange(min=0.0, min_open=True, max=MAX_TRACE_SCALE),
     default=1.0,
     show_default=True,
     help="Multiply the trace's prompt and response lengths by F (at least 1 token each), "
@@ -105,20 +117,24 @@ def _progress() -> Progress:
 )
 @click.option(
     "--trace-requests",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_COUNT),
     default=None,
     help="Replay only the first N requests of each trace step (rounded up to whole prompt groups).",
 )
 @click.option("--steps", "steps_text", help="Prompts: number of RL steps (default 1). Trace: N or A:B.")
-@click.option("--prompts-per-step", type=click.IntRange(min=1), help="Prompts per step (default: all).")
-@click.option("--group-size", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--temperature", type=NumberRange(min=0.0), default=1.0, show_default=True)
+@click.option(
+    "--prompts-per-step",
+    type=click.IntRange(min=1, max=MAX_COUNT),
+    help="Prompts per step (default: all).",
+)
+@click.option("--group-size", type=click.IntRange(min=1, max=MAX_GROUP), default=4, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1, max=MAX_TOKENS), default=256, show_default=True)
+@click.option("--temperature", type=NumberRange(min=0.0, max=MAX_TEMPERATURE), default=1.0, show_default=True)
 @seed_option()
 @max_num_seqs_option("Batch limit per worker.")
 @click.option(
     "--kv-budget-gib",
-    type=NumberRange(min=0.01),
+    type=NumberRange(min=0.01, max=MAX_KV_GIB),
     default=None,
     help="KV memory per worker (sets kv_capacity_tokens; default 4 GiB).",
 )
@@ -131,7 +147,7 @@ def _progress() -> Progress:
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option(
     "--threads",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_THREADS),
     default=1,
     show_default=True,
     help="torch CPU threads. 1 by default: on a shared host OpenMP spin-waiting makes "
@@ -237,7 +253,11 @@ def check_output_paths(opts: LiveOptions) -> None:
         check_output_dir(out.out, inputs=inputs, what="--out run directory")
         keep = ["trace.parquet"] if out.record_path is None else []
         check_replaceable(out.out, keep)
-    given = {"--json file": out.json_path, "--chrome-trace file": out.chrome_trace}
+    given = {
+        "--json file": out.json_path,
+        "--chrome-trace file": out.chrome_trace,
+        "--record trace": out.record_path,
+    }
     check_distinct({**given, "--out run directory": out.out})
 
 

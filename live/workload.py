@@ -362,9 +362,27 @@ def build_workload(
         vocab,
         group_size=opts.group_size,
         max_tokens=opts.max_tokens,
-        steps=int(opts.steps_text) if opts.steps_text else 1,
+        steps=prompt_steps(opts.steps_text),
         prompts_per_step=opts.prompts_per_step,
     )
     needs = np.array([len(r.prompt) + r.budget for s in work.steps for r in s.requests], np.int64)
     check_context("prompts with --max-tokens", needs, max_context)
     return work
+
+
+#: The most RL steps a prompts workload may ask for (more is a typo that would run for ever).
+MAX_PROMPT_STEPS = 1_000_000
+
+
+def prompt_steps(text: str | None) -> int:
+    """--steps of a prompts workload: how many RL steps, 1 to MAX_PROMPT_STEPS (1 if not
+    given); WorkloadError naming the option otherwise (0 ran nothing and printed a table of
+    zeros, text was Python's "invalid literal for int()")."""
+    if not text:
+        return 1
+    value = text.strip()
+    if not (value.isascii() and value.isdigit() and len(value) <= 7 and 1 <= int(value) <= MAX_PROMPT_STEPS):
+        raise WorkloadError(
+            f"--steps {text[:40]!r}: with prompts, the number of RL steps, 1 to {MAX_PROMPT_STEPS}"
+        )
+    return int(value)

@@ -44,7 +44,7 @@ from simctl.traces.outputs import check_output_file
     help="Padded tokens per forward pass (memory).",
 )
 @click.option(
-    "--threads", type=click.IntRange(min=1), default=2, show_default=True, help="torch CPU threads."
+    "--threads", type=click.IntRange(min=1, max=1024), default=2, show_default=True, help="torch CPU threads."
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
 def annotate_cmd(

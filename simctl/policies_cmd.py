@@ -8,7 +8,7 @@ import click
 
 from simctl.policies.params import PolicySpecError
 from simctl.policies.registry import REGISTRY
-from simctl.traces.plugins import entry_point_family, entry_point_policies, resolve
+from simctl.traces.plugins import entry_point_family, entry_point_policies, make_policy, resolve
 
 
 def _list() -> None:
@@ -43,7 +43,9 @@ def policies_cmd(name: str | None) -> None:
         _list()
         return
     try:
-        fam, _ = resolve(name)
+        fam, args = resolve(name)
+        if args:  # (parameters given with the name are checked as a run would check them)
+            make_policy(name)
     except PolicySpecError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{fam.name}: {fam.help}")

@@ -13,7 +13,7 @@ import click
 from simctl.sim.calibration_points import TOLERANCE, CalibrationRow, evaluate
 from simctl.sim.experiments import PAPERS, experiments_of
 from simctl.sim.reproduce_stats import Result
-from simctl.traces.outputs import check_output_dir, check_output_file
+from simctl.traces.outputs import check_distinct, check_output_dir, check_output_file
 from simctl.traces.run_format import command_provenance, write_json
 
 PAGE_ENTRIES = {"index.html", "figures"}  # what the reproduction page writes into --report
@@ -135,6 +135,7 @@ def reproduce_cmd(
     jobs = jobs if jobs is not None else default_workers()
 
     name = check_paper(paper)
+    check_distinct({"--json file": json_path, "--report directory": report_dir})
     if json_path:
         check_output_file(json_path, what="--json file", kind="json")
     if report_dir:

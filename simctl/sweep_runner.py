@@ -645,7 +645,8 @@ class SweepResult:
 
 def check_sweep_dir(out: Path, spec_path: Path) -> None:
     """DIR is new, empty, or a sweep directory (it has sweep.json); one line otherwise."""
-    check_output_dir(out, inputs=[spec_path], what="--out sweep directory")
+    # (not written whole: a spec kept inside its sweep directory is left alone)
+    check_output_dir(out, what="--out sweep directory")
     for name in (POINTS, MANIFEST):  # (what the sweep writes there, of the kind it writes)
         part = out / name
         if part.exists() and part.is_dir() != (name == POINTS):

@@ -164,3 +164,29 @@ def test_an_unwritable_place_is_refused_before_the_run(tmp_path) -> None:
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 1 and res.output.strip().startswith("Error: /proc/x.json: cannot write in /proc")
     assert "rollout replay" not in res.output  # (no table: nothing was simulated)
+
+
+def test_policy_parameters_given_to_policies_are_checked() -> None:
+    """`simctl policies NAME:params` checks the parameters as a run would (it ignored them)."""
+    bad = CliRunner().invoke(main, ["policies", "ngram:gamma=abc"])
+    assert bad.exit_code == 1 and bad.output.strip() == (
+        "Error: policy 'ngram': gamma='abc' is not an integer (allowed: integer 1..64)"
+    )
+    assert CliRunner().invoke(main, ["policies", "ngram:gamma=3"]).exit_code == 0
+
+
+def test_reproduce_refuses_its_json_inside_its_report(tmp_path) -> None:
+    res = CliRunner().invoke(
+        main,
+        [
+            "reproduce",
+            "seer",
+            "--quick",
+            "--json",
+            str(tmp_path / "r" / "x.json"),
+            "--report",
+            str(tmp_path / "r"),
+        ],
+    )
+    assert res.exit_code == 1 and "the --json file is inside the --report directory" in res.output, res.output
+    assert list(tmp_path.iterdir()) == []

@@ -136,7 +136,8 @@ def check_output_dir(path: Path, inputs: Iterable[Path] = (), what: str = "outpu
     """A directory to be written whole: not an input, not a file, in a writable place."""
     check_name(path)
     for source in inputs:
-        if _same(path, source) or (_same(path.parent, source) and source.is_file()):
+        # (the directory is written whole: an input inside it would be replaced with it)
+        if _same(path, source) or _inside(source, path):
             raise OutputPathError(f"{path}: would overwrite the input {source}")
     if path.exists() and not path.is_dir():
         raise OutputPathError(f"{path}: exists and is not a directory ({what})")

@@ -373,3 +373,48 @@ def test_a_model_outside_the_catalogue_travels_with_its_recording(tmp_path: Path
     folder.rmdir()
     res = CliRunner().invoke(main, ["replay", str(out / "trace.parquet"), "--cluster", "h100x8"])
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--steps", "0"], 1, "--steps '0': with prompts, the number of RL steps, 1 to"),
+        (["--steps", "abc"], 1, "--steps 'abc'"),
+        (["--steps", str(10**30)], 1, "the number of RL steps, 1 to 1000000"),
+        (["--threads", str(10**30)], 2, "'--threads': 1000000000000000000000000000000 is not in the range"),
+        (["--kv-budget-gib", "inf"], 2, "'--kv-budget-gib': inf is not in the range"),
+        (["--max-tokens", str(10**30)], 2, "'--max-tokens'"),
+        (["--temperature", "inf"], 2, "'--temperature': inf is not in the range"),
+        (["--workers", str(10**30)], 2, "'--workers'"),
+        (
+            ["--json", "{d}/a.json", "--record", "{d}/a.json"],
+            1,
+            "given as the --json file and the --record trace",
+        ),
+    ],
+)
+def test_values_past_what_a_run_can_do_are_refused_first(
+    tmp_path: Path, args: list[str], code: int, words: str
+) -> None:
+    """Options a run cannot honour (10**30 tokens, threads or workers; infinite budgets or
+    temperatures; zero steps; two outputs at one path) are one line before any engine
+    starts: they crashed, ran until killed, printed a table of zeros or lost an output."""
+    from simctl.cli import main
+
+    res = CliRunner().invoke(main, ["live", *TINY, *(a.format(d=tmp_path) for a in args)])
+    (line,) = res.output.strip().splitlines()
+    assert res.exit_code == code and words in line, res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_input_trace_inside_the_run_directory_is_not_overwritten(run_dir: Path) -> None:
+    """Replaying a run directory's own trace.parquet into that directory would replace it."""
+    from simctl.cli import main
+
+    before = (run_dir / "trace.parquet").read_bytes()
+    res = CliRunner().invoke(
+        main,
+        ["live", "--model", "random:tiny", "--trace", str(run_dir / "trace.parquet"), "--out", str(run_dir)],
+    )
+    assert res.exit_code == 1 and "would overwrite the input" in res.output, res.output
+    assert (run_dir / "trace.parquet").read_bytes() == before
