@@ -324,7 +324,7 @@ def test_requests_that_cannot_fit_a_worker_are_refused_before_running(tmp_path: 
     result = CliRunner().invoke(live_cmd, [*base, "--trace", str(trace)])
     assert result.exit_code == 1
     assert "a request (step 0, prompt 0, sample 3) needs 1,073,741,952 tokens of context" in result.output
-    result = CliRunner().invoke(live_cmd, [*base, "--max-tokens", "1000000000", "--prompts-per-step", "1"])
+    result = CliRunner().invoke(live_cmd, [*base, "--max-tokens", "2000000", "--prompts-per-step", "1"])
     assert result.exit_code == 1 and "tokens of context; a worker holds" in result.output
 
 
