@@ -89,9 +89,13 @@ def read_prompts(path: Path | None) -> list[Prompt]:
         where = BUNDLED_PROMPTS
     else:
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise WorkloadError(f"prompts file {path}: cannot read ({exc.strerror or exc})") from None
+        except UnicodeDecodeError as exc:
+            raise WorkloadError(
+                f"prompts file {path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from None
         where = str(path)
     out: list[Prompt] = []
     for i, line in enumerate(text.splitlines(), 1):
@@ -103,6 +107,10 @@ def read_prompts(path: Path | None) -> list[Prompt]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"prompts file {where}: line {i}: bad JSON ({exc.msg})") from None
+            except (ValueError, RecursionError):  # (an integer of thousands of digits, nesting)
+                raise WorkloadError(f"prompts file {where}: line {i}: JSON this reader cannot hold") from None
+            if not isinstance(obj, dict):
+                raise WorkloadError(f"prompts file {where}: line {i}: needs a JSON object with a 'prompt'")
             body = obj.get("prompt") or obj.get("question")
             if not isinstance(body, str) or not body:
                 raise WorkloadError(f"prompts file {where}: line {i}: needs a 'prompt' string")

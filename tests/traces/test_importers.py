@@ -541,6 +541,12 @@ def test_hostile_dumps_are_one_line(tmp_path: Path, tokenizer_dir: Path) -> None
             str(10**30),
         )
         assert res.exit_code == 2 and f"'{option}': {10**30} is not in the range" in res.output, res.output
+    import gzip
+
+    areal.write_bytes(gzip.compress((json.dumps(full) + "\n").encode()))
+    assert import_fails(tmp_path, "areal", areal, extra=opts).endswith(
+        "gzip-compressed; decompress it first (gunzip)"
+    )
     nothing = tmp_path / "nothing"
     nothing.mkdir()
     (nothing / "readme.txt").write_text("x")

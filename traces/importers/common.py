@@ -207,6 +207,10 @@ def json_lines(path: Path, empty: RowSet | None = None) -> Iterator[tuple[int, d
                 seen = True
                 yield number, obj
     except UnicodeDecodeError as exc:
+        with path.open("rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        if gzipped:  # (no writer compresses its dumps, but a user archiving them may)
+            raise DumpError(f"{path}: gzip-compressed; decompress it first (gunzip)") from None
         raise DumpError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not seen:
         if empty is None:
