@@ -426,6 +426,8 @@ def get_model(name: str) -> ModelSpec:
     found = _INDEX.get(_key(name))
     if found is not None:
         return found
+    if user_path(name).is_dir():  # (a directory that is no model: say so, not the catalogue)
+        raise ValueError(f"model directory {name}: no config.json in it (a HF model directory has one)")
     raise ValueError(
         f"unknown model {name!r}; known: {', '.join(MODELS)}; or give a HF model directory or its config.json"
     )

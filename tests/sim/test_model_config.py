@@ -535,3 +535,14 @@ def test_a_config_nested_too_deeply_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(ModelConfigError, match=r"config\.json: JSON nested too deeply"):
         read_config_file(tmp_path)
+
+
+def test_a_directory_without_a_config_is_named_as_such(tmp_path: Path) -> None:
+    """A model directory lacking config.json is said to lack it (it listed the catalogue)."""
+    from simctl.sim.models import get_model
+
+    with pytest.raises(ValueError) as info:
+        get_model(str(tmp_path))
+    assert (
+        str(info.value) == f"model directory {tmp_path}: no config.json in it (a HF model directory has one)"
+    )
