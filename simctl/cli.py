@@ -57,7 +57,15 @@ class OneLineUsageError(click.UsageError):
         click.echo(f"Error: {self.message}{hint}", err=True, file=file)
 
 
-def _one_line(exc: click.UsageError) -> OneLineUsageError:
+#: A group called without a command shows its help (click raises it as a usage error).
+_HELP_ERRORS: tuple[type[Exception], ...] = tuple(
+    e for e in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if e is not None
+)
+
+
+def _one_line(exc: click.UsageError) -> click.UsageError:
+    if isinstance(exc, _HELP_ERRORS):
+        return exc
     return OneLineUsageError(exc.format_message(), exc.ctx)  # (exit status 2, as click's)
 
 

@@ -95,6 +95,13 @@ def test_usage_errors_are_one_line_with_click_exit_2(args: list[str], words: str
     assert line.endswith(f"(see '{where} --help')"), line
 
 
+@pytest.mark.parametrize("args", [[], ["trace"]])
+def test_a_group_without_a_command_still_shows_its_help(args: list[str]) -> None:
+    """(click raises "no command" as a usage error; it shows the help, not one line)"""
+    result = CliRunner().invoke(main, args)
+    assert result.output.startswith("Usage: ") and "Commands:" in result.output, result.output
+
+
 def test_one_message_forms() -> None:
     assert one_message(FileNotFoundError(2, "No such file or directory", "/x/y")) == (
         "/x/y: No such file or directory"
