@@ -245,6 +245,7 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     # model stays apart from a named one, even the same: "each trace's own, and this one
     # for all" is a sensible axis over traces of several models)
     targets = {(m, t): f"named {target.name}" if m else TRACE_MODEL for m, t, target in named}
+    paths = {label: str(checker.resolve(label)) for label in axes["traces"]}  # (once per trace)
     points, same = [], []
     for combo in _combinations(axes, groups):
         trace = combo["traces"]
@@ -253,7 +254,7 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
         if profiles:
             profile = priced[combo["clusters"], combo["models"], "" if combo["models"] else trace]
         simulation = (
-            str(checker.resolve(trace)),
+            paths[trace],
             tuple(chosen),
             clusters[combo["clusters"]],
             targets[combo["models"], "" if combo["models"] else trace],
@@ -274,7 +275,7 @@ def _check_unique(path: Path, points: list[Point], simulations: list[tuple[Any, 
     """No point twice, written alike (a value listed twice, two grids overlapping) or not
     (steps "0" and "0:1" of a trace whose first step is 0, a cluster or target spelled two
     ways, one trace under two paths): the same simulation, run and tabled twice."""
-    seen: dict[str, Point] = {}
+    seen: set[str] = set()
     by_simulation: dict[tuple[Any, ...], Point] = {}
     for p, simulation in zip(points, simulations, strict=True):
         if p.point_id in seen:
@@ -283,7 +284,7 @@ def _check_unique(path: Path, points: list[Point], simulations: list[tuple[Any, 
                 f"max_num_seqs={p.max_num_seqs} seed={p.seed} appears twice (a value listed twice, or two "
                 "grids overlap)"
             )
-        seen[p.point_id] = p
+        seen.add(p.point_id)
         twin = by_simulation.setdefault((p.policy_spec, *simulation), p)
         if twin is not p:
             raise SweepSpecError(

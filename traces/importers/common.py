@@ -240,14 +240,16 @@ def as_int(value: Any, key: str, where: str) -> int:
         and value == int(value)
     )
     if not whole:
-        raise DumpError(f"{where}: field '{key}' is {_show(value)}, expected an integer of at most 2**53")
+        raise DumpError(
+            f"{where}: field '{key}' is {show_value(value)}, expected an integer of at most 2**53"
+        )
     return int(value)
 
 
 def as_float(value: Any, key: str, where: str) -> float:
     """A finite number field."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
-        raise DumpError(f"{where}: field '{key}' is {_show(value)}, expected a finite number")
+        raise DumpError(f"{where}: field '{key}' is {show_value(value)}, expected a finite number")
     return float(value)
 
 
@@ -257,7 +259,7 @@ def as_reward(value: Any, key: str, where: str, rows: RowSet) -> float | None:
     the trace then has no reward column (the schema's rewards are finite numbers). The
     lengths, which are what a replay needs, are still imported."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise DumpError(f"{where}: field '{key}' is {_show(value)}, expected a number")
+        raise DumpError(f"{where}: field '{key}' is {show_value(value)}, expected a number")
     if not math.isfinite(value):
         rows.count("rewards_not_finite")
         return None
@@ -266,17 +268,17 @@ def as_reward(value: Any, key: str, where: str, rows: RowSet) -> float | None:
 
 def as_text(value: Any, key: str, where: str) -> str:
     if not isinstance(value, str):
-        raise DumpError(f"{where}: field '{key}' is {_show(value)}, expected text")
+        raise DumpError(f"{where}: field '{key}' is {show_value(value)}, expected text")
     return value
 
 
 def as_token_ids(value: Any, key: str, where: str) -> list[int]:
     """A list of token ids (integers >= 0)."""
     if not isinstance(value, list):
-        raise DumpError(f"{where}: field '{key}' is {_show(value)}, expected a list of token ids")
+        raise DumpError(f"{where}: field '{key}' is {show_value(value)}, expected a list of token ids")
     for i, tok in enumerate(value):
         if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok < 2**31:
-            raise DumpError(f"{where}: field '{key}'[{i}] is {_show(tok)}, expected a token id >= 0")
+            raise DumpError(f"{where}: field '{key}'[{i}] is {show_value(tok)}, expected a token id >= 0")
     return value
 
 
@@ -314,8 +316,10 @@ def turn_budget(turns: list[int], per_turn: int | None, where: str) -> int | Non
     return len(turns) * per_turn
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
+def show_value(value: Any) -> str:
+    """A value as a message shows it: Python's repr (a numpy scalar as its Python value),
+    cut to 40 characters."""
+    text = repr(value.item() if isinstance(value, np.generic) else value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 

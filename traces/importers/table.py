@@ -36,6 +36,7 @@ from simctl.traces.importers.common import (
     RowSet,
     as_token_ids,
     find_files,
+    show_value,
 )
 
 UPSTREAM = "simctl table (docs/importing-traces.md)"
@@ -87,7 +88,7 @@ def _integers(df: pd.DataFrame, path: Path) -> pd.DataFrame:
             bad &= df[name].notna().to_numpy()
         if bad.any():
             i = int(np.argmax(bad))
-            shown = _plain(df[name].iloc[i])
+            shown = show_value(df[name].iloc[i])
             raise DumpError(
                 f"{path} row {i + 1}: column '{name}' is {shown}, expected an integer of at most 2**53"
             )
@@ -97,16 +98,10 @@ def _integers(df: pd.DataFrame, path: Path) -> pd.DataFrame:
         bad = ~np.isfinite(reward.to_numpy(np.float64))
         if bad.any():
             i = int(np.argmax(bad))
-            shown = _plain(df["reward"].iloc[i])
+            shown = show_value(df["reward"].iloc[i])
             raise DumpError(f"{path} row {i + 1}: column 'reward' is {shown}, expected a number")
         df["reward"] = reward
     return df
-
-
-def _plain(value: Any) -> str:
-    """A cell as written (numpy scalars as Python's), cut to 40 characters."""
-    text = repr(value.item() if isinstance(value, np.generic) else value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _ids(value: Any, name: str, where: str) -> list[int]:
