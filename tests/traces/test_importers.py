@@ -153,6 +153,109 @@ def test_verl_needs_a_tokenizer_and_a_budget(tmp_path: Path, tokenizer_dir: Path
     assert "--max-tokens" in line
 
 
+CHATML = (
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system w150<|im_end|>{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def chatml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The word-level tokenizer with ChatML's special tokens, the role names and a ChatML
+    template that writes a default system message (as Qwen's and SmolLM2's do)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    vocab = {"[UNK]": 0, "</s>": EOS, **{f"w{i}": i + 2 for i in range(200)}}
+    vocab.update({"system": 202, "user": 203, "assistant": 204})
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        unk_token="[UNK]",
+        eos_token="</s>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
+    fast.chat_template = CHATML
+    out = tmp_path_factory.mktemp("chatml")
+    fast.save_pretrained(str(out))
+    return out
+
+
+def test_verl_prompts_count_the_chat_templates_special_tokens(
+    tmp_path: Path, chatml_dir: Path, tokenizer_dir: Path
+) -> None:
+    """verl renders the chat through the template and its dump decodes the prompt without
+    special tokens: the chat (a user message, after a system message or earlier turns) is
+    read off the text and rendered back, so its length is the rollout's, ChatML's markers
+    included; a text no chat renders to is encoded as it is, and the notes count both."""
+    transformers = pytest.importorskip("transformers")
+    tok = transformers.AutoTokenizer.from_pretrained(str(chatml_dir), local_files_only=True)
+    chats = [
+        [{"role": "user", "content": "w5 w6 w7"}],
+        [{"role": "system", "content": "w9"}, {"role": "user", "content": "w8 w9 w10 w11"}],
+        [
+            {"role": "user", "content": "w12"},
+            {"role": "assistant", "content": "w13"},
+            {"role": "user", "content": "w14"},
+        ],
+    ]
+
+    def encode(text: str) -> list[int]:
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    true_ids = [encode(tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True)) for c in chats]
+    true_ids.append(encode("w20 w21"))  # (a prompt no chat template rendered)
+    texts = [tok.decode(ids, skip_special_tokens=True) for ids in true_ids]
+    assert [len(i) for i in true_ids] == [12, 13, 18, 2]
+    assert [len(encode(t)) for t in texts] == [7, 8, 9, 2]  # (the text alone: short by the markers)
+    root = tmp_path / "dump"
+    root.mkdir()
+    lines = [
+        {"input": texts[p], "output": words(response_ids(p * 4 + k, 5)), "score": 1.0, "step": 1}
+        for p in range(4)
+        for k in range(2)
+    ]
+    (root / "1.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    trace, _ = import_ok(tmp_path, "verl", root, extra=("--tokenizer", str(chatml_dir), "--max-tokens", "64"))
+    assert sorted(trace.df.groupby("prompt_id")["prompt_len"].first()) == [2, 12, 13, 18]
+    vals, off = trace.token_arrays("prompt_tokens")
+    got = sorted(vals[off[i] : off[i + 1]].tolist() for i in range(len(off) - 1))
+    assert got == sorted(ids for ids in true_ids for _ in range(2))
+    assert trace.meta.notes["import"]["prompts"].startswith("6 of 8 rendered back through the chat template")
+    # the same tokenizer without its template: encoded as text, and the notes say so
+    plain, _ = import_ok(
+        tmp_path,
+        "verl",
+        root,
+        extra=("--tokenizer", str(tokenizer_dir_of(chatml_dir, tmp_path)), "--max-tokens", "64"),
+    )
+    assert sorted(plain.df.groupby("prompt_id")["prompt_len"].first()) == [2, 7, 8, 9]
+    assert "no chat template" in plain.meta.notes["import"]["prompts"]
+    # the fixture tokenizer of the other tests has no template either
+    assert (
+        "no chat template"
+        in import_ok(
+            tmp_path,
+            "verl",
+            write_verl(tmp_path / "v"),
+            extra=("--tokenizer", str(tokenizer_dir), "--max-tokens", str(BUDGET)),
+        )[0].meta.notes["import"]["prompts"]
+    )
+
+
+def tokenizer_dir_of(templated: Path, tmp_path: Path) -> Path:
+    """A copy of a tokenizer directory without its chat template."""
+    out = tmp_path / "no-template"
+    shutil.copytree(templated, out)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    for extra in out.glob("chat_template.*"):
+        extra.unlink()
+    return out
+
+
 # --- AReaL --------------------------------------------------------------------------------
 
 

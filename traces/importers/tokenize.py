@@ -88,3 +88,123 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+# Stand-ins for the message contents when the chat template is rendered once to learn the
+# text around them (letters only: no tokenizer splits them into special tokens).
+_MARK = "QqSimctlMark{}Qq"
+
+# The chats tried, as their roles: a user message after up to three earlier exchanges (a
+# few-shot prompt), each with and without a system message; tried longest first, since a
+# longer chat's text also reads as a shorter chat whose content holds the role headers.
+_CHAT_FORMS = tuple(
+    sorted(
+        (
+            (*(("system",) if system else ()), *(("user", "assistant") * turns), "user")
+            for turns in range(4)
+            for system in (False, True)
+        ),
+        key=len,
+        reverse=True,
+    )
+)
+
+
+class TemplatedPrompts:
+    """The prompt ids a rollout fed the model, recovered from a prompt text that was decoded
+    with ``skip_special_tokens=True`` (verl's dump): that decode dropped the chat template's
+    special tokens (``<|im_start|>``, ``<|im_end|>``: five of them on a ChatML chat of a
+    system and a user message), so encoding the text again falls short by as many.
+
+    The chat template is rendered once per chat form (`_CHAT_FORMS`) with stand-ins for the
+    contents, which gives the decoded text around them. A prompt text of that shape has its
+    contents read off, the chat is rendered again around them and encoded as the rollout
+    encoded it (``add_special_tokens=False``: the template writes its own BOS), and the
+    result is kept only where decoding it the same way gives the dumped text back exactly.
+    Any other prompt (no template, a chat of another form, a template that renders
+    differently) is encoded as text, as before, and counted.
+
+    The decoded text cannot tell a user message that quotes a role header from the turns
+    it would start; the longer chat is taken (few-shot prompts are the likelier)."""
+
+    def __init__(self, tok: TextTokenizer) -> None:
+        self.tok = tok
+        # per form: the roles, and the decoded text before, between and after the contents
+        self.forms: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        if getattr(tok.hf, "chat_template", None):
+            for roles in _CHAT_FORMS:
+                pieces = self._pieces(roles)
+                if pieces is not None:
+                    self.forms.append((roles, pieces))
+
+    def _render(self, roles: tuple[str, ...], contents: tuple[str, ...]) -> str | None:
+        messages = [{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)]
+        try:
+            return str(self.tok.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        except Exception:  # (jinja's errors: a template that takes no such chat)
+            return None
+
+    def _decoded(self, text: str) -> str:
+        ids = self.tok.hf(text, add_special_tokens=False)["input_ids"]
+        return str(self.tok.hf.decode(ids, skip_special_tokens=True))
+
+    def _pieces(self, roles: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The decoded text around the contents of a chat of `roles`, or None where the
+        template does not write each stand-in once, in order."""
+        marks = tuple(_MARK.format(chr(ord("A") + i)) for i in range(len(roles)))
+        text = self._render(roles, marks)
+        if text is None:
+            return None
+        pieces, rest = [], text
+        for mark in marks:
+            head, found, rest = rest.partition(mark)
+            if not found or mark in rest:
+                return None
+            pieces.append(head)
+        pieces.append(rest)
+        return tuple(self._decoded(p) for p in pieces)
+
+    def _contents(self, text: str, pieces: tuple[str, ...]) -> tuple[str, ...] | None:
+        """`text`'s message contents under a form's decoded `pieces` (None: not that shape);
+        a content containing the next piece splits at its first occurrence."""
+        head, tail = pieces[0], pieces[-1]
+        if len(text) < len(head) + len(tail) or not text.startswith(head) or not text.endswith(tail):
+            return None
+        body = text[len(head) : len(text) - len(tail)]
+        contents = []
+        for between in pieces[1:-1]:
+            part, found, body = body.partition(between)
+            if not found:
+                return None
+            contents.append(part)
+        contents.append(body)
+        return tuple(contents)
+
+    def encode(self, texts: list[str]) -> tuple[list[list[int]], int]:
+        """(ids of each prompt text, how many were recovered through the chat template)."""
+        out = self.tok.encode(texts)
+        recovered = 0
+        if not self.forms:
+            return out, recovered
+        memo: dict[str, list[int] | None] = {}
+        for i, text in enumerate(texts):
+            if text not in memo:
+                memo[text] = self._recover(text)
+            ids = memo[text]
+            if ids is not None:
+                out[i] = ids
+                recovered += 1
+        return out, recovered
+
+    def _recover(self, text: str) -> list[int] | None:
+        for roles, pieces in self.forms:
+            contents = self._contents(text, pieces)
+            if contents is None:
+                continue
+            rendered = self._render(roles, contents)
+            if rendered is None:
+                continue
+            ids = list(self.tok.hf(rendered, add_special_tokens=False)["input_ids"])
+            if self.tok.hf.decode(ids, skip_special_tokens=True) == text:
+                return ids
+        return None

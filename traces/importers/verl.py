@@ -15,6 +15,14 @@ What the dump lacks and how it is recovered:
 - token counts: the text is encoded again with `--tokenizer DIR` (see `tokenize.py`), and
   the ids become the trace's token columns (approximate where the tokenizer does not
   round-trip);
+- the prompt's special tokens: verl renders the dataset's chat with the tokenizer's chat
+  template (`AgentLoopBase.apply_chat_template`, `add_generation_prompt=True`; before the
+  agent loop, `RLHFDataset`, the same), and the decode drops the template's special tokens,
+  so the chat (a user message after up to three exchanges, with or without a system
+  message) is read off the text, rendered back through the template and kept where it
+  decodes to the dumped text exactly (`TemplatedPrompts`);
+  other prompts are encoded as text and come out short by those tokens (said in the
+  trace's notes);
 - groups: the batch is repeated `rollout.n` times and then reordered by sequence-length
   balancing, and no group id is written, so a group is the responses of one step with the
   same prompt text (a prompt drawn twice in a step splits by `--group-size`);
@@ -55,7 +63,7 @@ from simctl.traces.importers.common import (
     get,
     json_lines,
 )
-from simctl.traces.importers.tokenize import load_tokenizer, response_ids
+from simctl.traces.importers.tokenize import TemplatedPrompts, load_tokenizer, response_ids
 
 UPSTREAM = "volcengine/verl@b178a3cd verl/trainer/ppo/ray_trainer.py (_dump_generations)"
 _NAME = re.compile(r"^\d+\.jsonl$")
@@ -89,6 +97,8 @@ def _refuse_multi_turn(opts: ImportOptions) -> None:
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
     _refuse_multi_turn(opts)
     tok = load_tokenizer(opts.tokenizer, "verl")
+    templated = TemplatedPrompts(tok)
+    templated_rows = 0
     files = find_files(paths, lambda p: bool(_NAME.match(p.name)), "verl dump files ({global_step}.jsonl)")
     _one_dump(files)
     rows = RowSet(files=files)
@@ -112,7 +122,8 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                     )
                 rows.count("read_as_one_turn")
             records.append((where, prompt, response, reward, step))
-        prompts = tok.encode([r[1] for r in records])
+        prompts, recovered = templated.encode([r[1] for r in records])
+        templated_rows += recovered
         responses = tok.encode([r[2] for r in records])
         for i, (where, prompt, response, reward, step) in enumerate(records):
             if not prompts[i]:
@@ -134,4 +145,18 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             rows.prompt_tokens.append(prompts[i])
             rows.response_tokens.append(ids)
     rows.notes["tokens"] = "encoded again from the dump's decoded text"
+    rows.notes["prompts"] = _prompts_note(templated_rows, len(rows.prompt_tokens), templated)
     return rows, FormatFacts()
+
+
+def _prompts_note(recovered: int, total: int, templated: TemplatedPrompts) -> str:
+    """How the prompt lengths were read: the chat template's special tokens, which the
+    dump's decode dropped, are counted only for prompts rendered back exactly."""
+    if not templated.forms:
+        return "encoded as text (the tokenizer has no chat template): short by any special tokens"
+    if recovered == total:
+        return "rendered back through the chat template (exact)"
+    return (
+        f"{recovered} of {total} rendered back through the chat template (exact); the others "
+        "(not a chat the template renders to their text) encoded as text: short by any special tokens"
+    )
