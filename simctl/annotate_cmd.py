@@ -10,11 +10,20 @@ import click
 from simctl.live.annotate import (
     DEFAULT_BATCH_TOKENS,
     DEFAULT_METHOD,
+    AnnotateError,
     annotate_file,
     check_method,
     missing_torch,
 )
 from simctl.traces.outputs import check_output_file
+
+
+def _method(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """`--method`, checked as a usage error (exit 2, like every other bad option)."""
+    try:
+        return check_method(value)
+    except AnnotateError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--method ")) from None
 
 
 @click.command("annotate")
@@ -28,6 +37,7 @@ from simctl.traces.outputs import check_output_file
     "--method",
     default=DEFAULT_METHOD,
     show_default=True,
+    callback=_method,
     help="Method name the acceptance is written under (accept_<method>); a model-based one.",
 )
 @click.option(
@@ -58,7 +68,6 @@ def annotate_cmd(
 ) -> None:
     """Measure a draft model's exact-match acceptance over TRACE's recorded tokens and
     write it as accept_<method> (+ position buckets) into a new trace."""
-    check_method(method)
     check_output_file(output, inputs=[trace], suffixes={".parquet"}, what="annotated trace", kind="parquet")
     missing = missing_torch()
     if missing:

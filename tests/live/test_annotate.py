@@ -167,8 +167,9 @@ def test_cli_writes_a_valid_trace_that_replays_the_method(drafter, tmp_path: Pat
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--method", "ngram"], "--method 'ngram': a model-free method"),
-        (["--method", "Bad-Name"], "--method 'Bad-Name': not a method name"),
+        (["--method", "ngram"], "Invalid value for '--method': 'ngram': a model-free method"),
+        (["--method", "Bad-Name"], "Invalid value for '--method': 'Bad-Name': not a method name"),
+        (["--method", ""], "Invalid value for '--method': '': not a method name"),
         (["--drafter", "random:nope"], "unknown random model 'random:nope'"),
         (["--bucket-tokens", "0"], "--bucket-tokens"),
     ],
@@ -178,7 +179,8 @@ def test_bad_input_is_one_line(drafter, tmp_path: Path, args: list[str], expecte
     src = write_trace(tmp_path / "t.parquet", trace.df, trace.meta, lists=trace.lists)
     base = ["trace", "annotate", str(src), "--drafter", "random:tiny", "-o", str(tmp_path / "o.parquet")]
     res = CliRunner().invoke(main, base + args)
-    assert res.exit_code != 0
+    # a bad option is a usage error (2); a model that cannot be loaded is the input's (1)
+    assert res.exit_code == (1 if args[0] == "--drafter" else 2), res.output
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert expected in lines[-1] and "Traceback" not in res.output
     assert not (tmp_path / "o.parquet").exists()

@@ -146,6 +146,18 @@ def test_verl_imports_lengths_groups_and_tokens(tmp_path: Path, tokenizer_dir: P
     replays(out)
 
 
+def test_a_byte_order_mark_is_not_part_of_the_json(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """A dump saved again by an editor that writes a UTF-8 byte-order mark imports as it
+    did without one (the mark was 'not JSON (Unexpected UTF-8 BOM ...)')."""
+    dump = write_verl(tmp_path / "d")
+    extra = ("--tokenizer", str(tokenizer_dir), "--max-tokens", str(BUDGET))
+    plain, _ = import_ok(tmp_path, "verl", dump, extra=extra)
+    for f in dump.glob("*.jsonl"):
+        f.write_bytes(b"\xef\xbb\xbf" + f.read_bytes())
+    marked, _ = import_ok(tmp_path, "verl", dump, extra=extra)
+    pd.testing.assert_frame_equal(marked.df, plain.df)
+
+
 def test_verl_needs_a_tokenizer_and_a_budget(tmp_path: Path, tokenizer_dir: Path) -> None:
     dump = write_verl(tmp_path / "d")
     assert "--tokenizer" in import_fails(tmp_path, "verl", dump)
@@ -1085,6 +1097,32 @@ def test_slime_dict_rewards_and_reward_key(tmp_path: Path) -> None:
         tmp_path, "areal", write_areal(tmp_path / "a"), "--max-tokens", "12", "--reward-key", "x"
     )
     assert "--reward-key not used: areal rewards are numbers" in said
+
+
+def test_slime_status_and_reward_of_another_kind_are_refused(tmp_path: Path) -> None:
+    """A status that is not one of `Sample.Status`'s values, or a reward that is text (not a
+    number, a dict of numbers or absent), was imported with exit 0 and nothing said: the
+    truncation it should tell, or the reward, silently lost."""
+    torch = pytest.importorskip("torch")
+    for field, value, told in [
+        ("status", "weird", "'weird', expected one of pending, completed, truncated, aborted, failed"),
+        ("status", "COMPLETED", "'COMPLETED', expected one of pending, completed"),
+        ("reward", "x", "'x', expected a number or a dict of numbers"),
+        ("reward", [1.0], "[1.0], expected a number or a dict of numbers"),
+    ]:
+        dump = write_slime(tmp_path / f"{field}-{value}")
+        pack = torch.load(dump / "2.pt", weights_only=True)
+        pack["samples"][5][field] = value
+        torch.save(pack, dump / "2.pt")
+        line = import_fails(tmp_path, "slime", dump, extra=("--max-tokens", "16"))
+        assert line.startswith(f"Error: {dump / '2.pt'} sample 5: field '{field}' is {told}"), line
+    # a sample not rewarded (None) imports, without rewards
+    dump = write_slime(tmp_path / "unrewarded")
+    pack = torch.load(dump / "2.pt", weights_only=True)
+    pack["samples"][5]["reward"] = None
+    torch.save(pack, dump / "2.pt")
+    trace, _ = import_ok(tmp_path, "slime", dump, extra=("--max-tokens", "16"))
+    assert "reward" not in trace.df.columns
 
 
 # generated tokens of each turn of a group's 4 responses, BUDGET a turn: one turn; two, longer

@@ -190,7 +190,8 @@ def json_lines(path: Path, empty: RowSet | None = None) -> Iterator[tuple[int, d
     format's writer makes such files (`empty`: the rows whose notes count them)."""
     seen = False
     try:
-        with path.open(encoding="utf-8") as f:
+        # (utf-8-sig: a byte-order mark an editor saved at the start is not the JSON's)
+        with path.open(encoding="utf-8-sig") as f:
             for number, line in enumerate(f, start=1):
                 if not line.strip():
                     continue

@@ -97,6 +97,7 @@ from simctl.traces.importers.common import (
     find_files,
     get,
     runs_of_ones,
+    show_value,
     turn_budget,
 )
 
@@ -105,6 +106,8 @@ UPSTREAM = "THUDM/slime@624b824a slime/observability/rollout_data_utils.py (save
 # `{rollout_id}` is: at its start (`{rollout_id}.pt`, --dump-details) or after a separator
 # (`rollout_{rollout_id}.pt`, `data_{rollout_id}.pt`: slime's docs and examples).
 _NAME = re.compile(r"^(?!(?:.*[^A-Za-z0-9])?eval_\d).*\.pt$")
+# `Sample.Status`'s values (slime/utils/types.py), which `to_dict` writes
+_STATUSES = ("pending", "completed", "truncated", "aborted", "failed")
 
 
 class _Inert:
@@ -189,7 +192,13 @@ def _reward(rows: RowSet, value: Any, key: str | None, at: str) -> float | None:
             raise DumpError(f"{at}: field 'reward' has no key '{key}' (--reward-key; its keys: {keys[:80]})")
         rows.notes["reward_key"] = key
         return as_reward(_plain(value[key]), f"reward[{key}]", at, rows)
-    return as_reward(value, "reward", at, rows) if isinstance(value, int | float) else None
+    if value is None:
+        return None
+    if not isinstance(value, int | float):
+        raise DumpError(
+            f"{at}: field 'reward' is {show_value(value)}, expected a number or a dict of numbers"
+        )
+    return as_reward(value, "reward", at, rows)
 
 
 def _loss_mask(sample: dict[str, Any], length: int, at: str) -> list[int] | None:
@@ -254,6 +263,10 @@ def _sample(
     status = sample.get("status")
     if status is not None and not isinstance(status, str):
         raise DumpError(f"{at}: field 'status' is {type(status).__name__}, expected text")
+    if status is not None and status not in _STATUSES:
+        raise DumpError(
+            f"{at}: field 'status' is {show_value(status)}, expected one of {', '.join(_STATUSES)}"
+        )
     order = sample.get("index")
     rows.add(
         at,
