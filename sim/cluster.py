@@ -217,35 +217,37 @@ def _name_options(spec: str, options: str) -> tuple[int | None, int, str]:
         key = match["key"] if match else ("weights" if option in WEIGHT_FORMATS else None)
         if key is None:
             raise ValueError(
-                f"cluster spec {spec!r}: unknown option {option!r}; expected tpN, dpN, "
+                f"cluster spec {_shown(spec)}: unknown option {option!r}; expected tpN, dpN, "
                 f"{' or '.join(WEIGHT_FORMATS)}"
             )
         if key in found:
-            raise ValueError(f"cluster spec {spec!r}: option {key!r} given twice")
+            raise ValueError(f"cluster spec {_shown(spec)}: option {key!r} given twice")
         found[key] = match["value"] if match else option
     tp = int(found["tp"]) if "tp" in found else None
     dp = int(found.get("dp", "1"))
     if (tp is not None and tp < 1) or dp < 1:
-        raise ValueError(f"cluster spec {spec!r}: tp and dp must be positive")
+        raise ValueError(f"cluster spec {_shown(spec)}: tp and dp must be positive")
     return tp, dp, found.get("weights", "bf16")
 
 
 def _parse_name(spec: str) -> ClusterSpec:
     match = _NAME_SPEC.match(spec.strip().lower())
     if match is None:
-        raise ValueError(f"cluster spec {spec!r}: expected NAMExCOUNT[:tpN][:dpN][:fp8] or a .toml file")
+        raise ValueError(
+            f"cluster spec {_shown(spec)}: expected NAMExCOUNT[:tpN][:dpN][:fp8] or a .toml file"
+        )
     try:
         gpu = get_gpu(match["gpu"])
     except ValueError as exc:
-        raise ValueError(f"cluster spec {spec!r}: {exc}") from None
+        raise ValueError(f"cluster spec {_shown(spec)}: {exc}") from None
     count = int(match["count"])
     if count < 1:
-        raise ValueError(f"cluster spec {spec!r}: GPU count {count} must be positive")
+        raise ValueError(f"cluster spec {_shown(spec)}: GPU count {count} must be positive")
     if count < GPUS_PER_NODE:
         nodes, per_node = 1, count
     elif count % GPUS_PER_NODE:
         raise ValueError(
-            f"cluster spec {spec!r}: GPU count {count} must be a multiple of "
+            f"cluster spec {_shown(spec)}: GPU count {count} must be a multiple of "
             f"{GPUS_PER_NODE} (or below {GPUS_PER_NODE} for one node)"
         )
     else:
@@ -253,10 +255,10 @@ def _parse_name(spec: str) -> ClusterSpec:
     given_tp, dp, weights = _name_options(spec, match["options"])
     tp = given_tp if given_tp is not None else (1 if dp > 1 else _default_tp(per_node))
     if per_node % tp:
-        raise ValueError(f"cluster spec {spec!r}: tp{tp} does not divide gpus_per_node={per_node}")
+        raise ValueError(f"cluster spec {_shown(spec)}: tp{tp} does not divide gpus_per_node={per_node}")
     problem = _worker_problem(nodes, per_node, tp, dp)
     if problem:
-        raise ValueError(f"cluster spec {spec!r}: {problem}")
+        raise ValueError(f"cluster spec {_shown(spec)}: {problem}")
     return ClusterSpec(nodes, per_node, gpu, tp, source=spec, dp=dp, weights=weights)
 
 
@@ -339,8 +341,12 @@ def _parse_toml(path: Path) -> ClusterSpec:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"cluster file {path.name}: cannot read: {reason}") from None
+        if isinstance(exc, OSError) and exc.strerror:  # (its text repeats the whole path)
+            reason = exc.strerror
+        else:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        # (a name too long to exist is cut short like a layout's)
+        raise ValueError(f"cluster file {_shown_name(path)}: cannot read: {reason}") from None
     unknown = sorted(set(data) - _TOML_KEYS)
     if unknown:
         raise ValueError(
@@ -373,10 +379,31 @@ def _parse_toml(path: Path) -> ClusterSpec:
     return ClusterSpec(nodes, per_node, gpu, tp, float(util), source=str(path), dp=dp, weights=weights)
 
 
+def _shown(spec: str) -> str:
+    """A layout as a message quotes it: its repr, cut short (a message stays one line of
+    reasonable length whatever a trace's metadata or a command line held)."""
+    text = repr(spec)
+    return text if len(text) <= 80 else text[:76] + "...'"
+
+
+def _shown_name(path: Path) -> str:
+    """A cluster file's name as a message shows it, cut short like `_shown`."""
+    return path.name if len(path.name) <= 80 else path.name[:77] + "..."
+
+
+def _is_file(text: str) -> bool:
+    """Whether `text` names a file; False for what cannot be a path (a name too long for
+    the file system, a NUL byte), which then reads as a layout name and is refused as one."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def parse_cluster(spec: str | Path) -> ClusterSpec:
     """Parse ``h100x512[:tp8]`` / ``h800x256:dp32:fp8``-style names or a path to a cluster TOML file."""
     text = str(spec)
-    if text.lower().endswith(".toml") or Path(text).is_file():
+    if text.lower().endswith(".toml") or _is_file(text):
         parsed = _parse_toml(Path(text))
     else:
         parsed = _parse_name(text)

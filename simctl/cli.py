@@ -121,6 +121,17 @@ def main(ctx: click.Context, debug: bool) -> None:
 main.add_command(trace_group)
 
 
+def _cluster_problem(spec: str) -> str | None:
+    """Why a trace's recorded cluster layout does not parse (None: it does)."""
+    from simctl.sim.cluster import parse_cluster
+
+    try:
+        parse_cluster(spec)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _register() -> None:
     from simctl.annotate_cmd import annotate_cmd
     from simctl.live.calibrate import calibrate_cmd
@@ -132,9 +143,11 @@ def _register() -> None:
     from simctl.reproduce_cmd import reproduce_cmd
     from simctl.sim.models import model_record
     from simctl.sweep_cmd import sweep_cmd
+    from simctl.traces.cli import set_cluster_check
     from simctl.traces.importers.cli import set_model_check
 
     set_model_check(model_record)  # `trace import --model`: the catalogue, or a config.json
+    set_cluster_check(_cluster_problem)  # `trace validate`: the layout replay would read
     main.add_command(replay_cmd)
     main.add_command(policies_cmd)
     main.add_command(models_cmd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -11,6 +12,17 @@ from simctl.traces.cli_options import NumberRange
 from simctl.traces.importers.cli import import_cmd
 from simctl.traces.io import TraceError
 from simctl.traces.outputs import check_output_file
+
+# How a recorded cluster layout is parsed lives in sim/, which this layer may not import:
+# the composition root (simctl.cli) hands the check in; without one any layout passes.
+_cluster_check: Callable[[str], str | None] | None = None
+
+
+def set_cluster_check(check: Callable[[str], str | None]) -> None:
+    """Install the check `trace validate` applies to the metadata's cluster (the problem,
+    or None where it parses)."""
+    global _cluster_check
+    _cluster_check = check
 
 
 @click.group("trace")
@@ -65,9 +77,15 @@ def presets_cmd() -> None:
 @click.argument("trace", type=click.Path(path_type=Path))
 def validate_cmd(trace: Path) -> None:
     """Check a trace against the schema; one line per problem, exit 1 if any."""
-    from simctl.traces.validate import validate_file
+    from simctl.traces.validate import check_file
 
-    problems = validate_file(trace)
+    problems, loaded = check_file(trace)
+    cluster = loaded.meta.cluster if loaded is not None else None
+    if not problems and _cluster_check is not None and isinstance(cluster, str) and cluster:
+        # (replay reads this layout unless --cluster overrides it)
+        problem = _cluster_check(cluster)
+        if problem:
+            problems.append(f"{trace}: metadata 'cluster' does not parse: {problem}")
     for p in problems:
         click.echo(p, err=True)
     if problems:

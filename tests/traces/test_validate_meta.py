@@ -129,3 +129,28 @@ def test_negative_token_ids_and_non_finite_rewards_are_refused(tmp_path: Path) -
     path = write_trace(tmp_path / "r.parquet", df, TraceMeta(group_size=4))
     (problem,) = validate_file(path)
     assert "column 'reward': must be a finite number: row 1 = nan, row 3 = inf" in problem
+
+
+@pytest.mark.parametrize(
+    ("cluster", "words"),
+    [
+        ("zz9000", "cluster spec 'zz9000': expected NAMExCOUNT"),
+        ("h100x8:tp3", "tp3 does not divide gpus_per_node=8"),
+        ("missing.toml", "cluster file missing.toml: cannot read: No such file or directory"),
+        ("a" * 100_000, "cluster spec 'aaaa"),
+    ],
+)
+def test_a_recorded_cluster_that_replay_cannot_read_fails_validation(
+    tmp_path: Path, cluster: str, words: str
+) -> None:
+    """`trace validate` said 'valid' to a trace whose metadata cluster replay refuses
+    (without --cluster); the parser lives in sim/, handed in by the composition root. The
+    message stays one line of reasonable length whatever the metadata held."""
+    path = _trace(tmp_path, cluster=cluster)
+    result = CliRunner().invoke(main, ["trace", "validate", str(path)])
+    assert result.exit_code == 1, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"{path}: metadata 'cluster' does not parse: ") and words in line, line
+    assert len(line) < 300
+    good = _trace(tmp_path, cluster="h100x16:tp2")
+    assert CliRunner().invoke(main, ["trace", "validate", str(good)]).exit_code == 0
