@@ -256,6 +256,35 @@ def test_verl_prompts_count_the_chat_templates_special_tokens(
     )
 
 
+_CONTENT = st.lists(st.integers(0, 199).map(lambda i: f"w{i}"), max_size=6).map(" ".join)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    system=st.one_of(st.none(), _CONTENT),
+    exchanges=st.lists(st.tuples(_CONTENT, _CONTENT), max_size=3),
+    last=_CONTENT,
+)
+def test_templated_prompts_recover_the_rollouts_ids(
+    chatml_dir: Path, system: str | None, exchanges: list[tuple[str, str]], last: str
+) -> None:
+    """Property: any chat of the forms read (a user message after up to three exchanges,
+    with or without a system message), rendered as verl renders it and decoded as its dump
+    decodes it, is read back to exactly the ids the rollout fed the model."""
+    from simctl.traces.importers.tokenize import TemplatedPrompts, load_tokenizer
+
+    tok = load_tokenizer(chatml_dir, "verl")
+    chat = [{"role": "system", "content": system}] if system is not None else []
+    for user, assistant in exchanges:
+        chat += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    chat.append({"role": "user", "content": last})
+    rendered = tok.hf.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    truth = list(tok.hf(rendered, add_special_tokens=False)["input_ids"])
+    text = tok.hf.decode(truth, skip_special_tokens=True)
+    ids, recovered = TemplatedPrompts(tok).encode([text])
+    assert recovered == 1 and ids == [truth]
+
+
 def tokenizer_dir_of(templated: Path, tmp_path: Path) -> Path:
     """A copy of a tokenizer directory without its chat template."""
     out = tmp_path / "no-template"
