@@ -38,7 +38,7 @@ from simctl.live.profile_rows import (
     DEFAULT_GAMMAS,
     Sweep,
 )
-from simctl.traces.cli_options import NumberRange, seed_option
+from simctl.traces.cli_options import NumberRange, PathArg, seed_option
 from simctl.traces.outputs import check_output_file
 
 # The most a measurement may ask for (a larger value is a typo that would run for hours):
@@ -83,7 +83,7 @@ def _drafters(text: str) -> tuple[str, ...]:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     required=True,
     help="Profile JSON to write.",
 )

@@ -23,6 +23,7 @@ from simctl.live.live_options import EngineOptions, LiveOptions
 from simctl.policies.registry import UnknownPolicyError
 from simctl.traces.cli_options import (
     NumberRange,
+    PathArg,
     chrome_trace_option,
     fail_worker_option,
     json_option,
@@ -97,13 +98,13 @@ MAX_THREADS = 1024
 @click.option(
     "--prompts",
     "prompts_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help="JSONL ('prompt'[, 'answer']) or one prompt per line; default: bundled math problems.",
 )
 @click.option(
     "--trace",
     "trace_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help="Replay a trace's workload: its prompt and response lengths (stop tokens off) and "
     "its per-method acceptance (drafts are verified at the trace's rates).",
 )
@@ -140,7 +141,7 @@ MAX_THREADS = 1024
 )
 @click.option(
     "--profile",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=PathArg(exists=True, dir_okay=False, path_type=Path),
     help="Cost profile (`simctl calibrate`) for policies that predict iteration costs.",
 )
 @click.option("--draft-model", help="Small draft model for draft_small (same names as --model).")
@@ -175,7 +176,7 @@ MAX_THREADS = 1024
 @click.option(
     "--record",
     "record_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help="Trace to record (default: OUT/trace.parquet, else ./live-<time>.parquet).",
 )
 @json_option("Metrics JSON (same keys as `simctl replay --json`).")

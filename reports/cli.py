@@ -7,16 +7,17 @@ from pathlib import Path
 import click
 
 from simctl.reports.errors import ReportError
+from simctl.traces.cli_options import PathArg
 
 
 @click.command("report")
-@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("runs", nargs=-1, required=True, type=PathArg(path_type=Path))
 @click.option(
     "-o",
     "--out",
     "out_dir",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=PathArg(file_okay=False, path_type=Path),
     help="Report directory (index.html, figures/, tables/); replaced atomically.",
 )
 @click.option("--baseline", default="verl", show_default=True, help="Policy the speedup columns divide by.")

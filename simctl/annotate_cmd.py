@@ -15,6 +15,7 @@ from simctl.live.annotate import (
     check_method,
     missing_torch,
 )
+from simctl.traces.cli_options import PathArg
 from simctl.traces.outputs import check_output_file
 
 
@@ -27,7 +28,7 @@ def _method(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 @click.command("annotate")
-@click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("trace", type=PathArg(dir_okay=False, path_type=Path))
 @click.option(
     "--drafter",
     required=True,
@@ -56,7 +57,7 @@ def _method(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option(
     "--threads", type=click.IntRange(min=1, max=1024), default=2, show_default=True, help="torch CPU threads."
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("-o", "--output", type=PathArg(dir_okay=False, path_type=Path), required=True)
 def annotate_cmd(
     trace: Path,
     drafter: str,

@@ -19,6 +19,7 @@ from simctl.sim.worker_faults import WorkerFaultError, fault_problem
 from simctl.sweep_order import costliest_first
 from simctl.traces.chrome_trace import write_run_chrome_trace
 from simctl.traces.cli_options import (
+    PathArg,
     WorkerFault,
     chrome_trace_option,
     fail_worker_option,
@@ -203,7 +204,7 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
 
 
 @click.command("replay")
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("trace", type=PathArg(path_type=Path))
 @policy_option(
     "Policy NAME[:key=value,...], or a class: module.path:Class or file.py:Class[:key=value,...]; "
     "repeat to compare. See `simctl policies`."
@@ -216,7 +217,7 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
 )
 @click.option(
     "--profile",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=PathArg(exists=True, dir_okay=False, path_type=Path),
     help="Measured cost profile from `simctl calibrate` (overrides the roofline).",
 )
 @click.option(
@@ -232,7 +233,7 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
 @click.option(
     "--report",
     "report_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=PathArg(file_okay=False, path_type=Path),
     help="Also render a comparison report of this run into DIR.",
 )
 @chrome_trace_option()

@@ -13,6 +13,7 @@ import click
 from simctl.sim.calibration_points import TOLERANCE, CalibrationRow, evaluate
 from simctl.sim.experiments import PAPERS, experiments_of
 from simctl.sim.reproduce_stats import Result
+from simctl.traces.cli_options import PathArg
 from simctl.traces.outputs import check_distinct, check_output_dir, check_output_file
 from simctl.traces.run_format import command_provenance, write_json
 
@@ -100,12 +101,10 @@ def document(results: Sequence[Result], meta: dict, calibration: Sequence[Calibr
 @click.option(
     "--report",
     "report_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=PathArg(file_okay=False, path_type=Path),
     help="Write the reproduction page (index.html + figures) into DIR.",
 )
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write results JSON."
-)
+@click.option("--json", "json_path", type=PathArg(dir_okay=False, path_type=Path), help="Write results JSON.")
 @click.option(
     "--sensitivity/--no-sensitivity",
     default=True,

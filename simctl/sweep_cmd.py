@@ -29,7 +29,7 @@ from simctl.sweep_runner import (
 )
 from simctl.sweep_spec import load_spec
 from simctl.sweep_table import write_outputs
-from simctl.traces.cli_options import NumberRange
+from simctl.traces.cli_options import NumberRange, PathArg
 
 
 @contextmanager
@@ -82,10 +82,10 @@ def choose_backend(no_ray: bool, workers: int | None, ray_address: str | None) -
 
 
 @click.command("sweep")
-@click.argument("spec_path", metavar="SPEC.toml", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("spec_path", metavar="SPEC.toml", type=PathArg(dir_okay=False, path_type=Path))
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=PathArg(file_okay=False, path_type=Path),
     help="Sweep directory (required unless --dry-run; with it, its complete points are counted).",
 )
 @click.option("--ray-address", help="Join this Ray cluster (e.g. auto, or HOST:PORT) instead of a local one.")

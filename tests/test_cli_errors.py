@@ -84,6 +84,11 @@ def test_debug_lets_the_traceback_through(monkeypatch: pytest.MonkeyPatch) -> No
         (["nope"], "'nope'", "main"),
         (["replay", "x.parquet", "--seed", "-1"], "'--seed': -1 is not in the range", "main replay"),
         (["replay"], "Missing argument 'TRACE'", "main replay"),
+        # click reads an empty path as ".": the refusal named "." (is a directory)
+        (["replay", "t.parquet", "--json", ""], "'--json': an empty path", "main replay"),
+        (["trace", "validate", ""], "'TRACE': an empty path", "main trace validate"),
+        (["sweep", "s.toml", "--out", ""], "'--out': an empty path", "main sweep"),
+        (["report", "--out", "", "r"], "'--out': an empty path", "main report"),
     ],
 )
 def test_usage_errors_are_one_line_with_click_exit_2(args: list[str], words: str, where: str) -> None:

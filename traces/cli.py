@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from simctl.traces.cli_options import NumberRange
+from simctl.traces.cli_options import NumberRange, PathArg
 from simctl.traces.importers.cli import import_cmd
 from simctl.traces.io import TraceError
 from simctl.traces.outputs import check_output_file
@@ -46,7 +46,7 @@ def trace_group() -> None:
     help="Fraction of the preset's prompts per step, for quick runs.",
 )
 @click.option("--tokens", is_flag=True, help="Also generate prompt/response token ids (small traces only).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("-o", "--output", type=PathArg(dir_okay=False, path_type=Path), required=True)
 def gen_cmd(preset: str, steps: int, seed: int, scale: float, tokens: bool, output: Path) -> None:
     """Write a synthetic trace calibrated to one of the papers' workloads."""
     from simctl.traces.generate import write_generated
@@ -74,7 +74,7 @@ def presets_cmd() -> None:
 
 
 @trace_group.command("validate")
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("trace", type=PathArg(path_type=Path))
 def validate_cmd(trace: Path) -> None:
     """Check a trace against the schema; one line per problem, exit 1 if any."""
     from simctl.traces.validate import check_file
@@ -94,9 +94,9 @@ def validate_cmd(trace: Path) -> None:
 
 
 @trace_group.command("inspect")
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("trace", type=PathArg(path_type=Path))
 @click.option(
-    "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a length-distribution figure."
+    "--plot", type=PathArg(dir_okay=False, path_type=Path), help="Write a length-distribution figure."
 )
 def inspect_cmd(trace: Path, plot: Path | None) -> None:
     """Per-step lengths, clip fraction, tail share and acceptance of a trace."""

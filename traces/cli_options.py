@@ -26,6 +26,16 @@ class NumberRange(click.FloatRange):
         return number
 
 
+class PathArg(click.Path):
+    """`click.Path` that refuses an empty argument: click reads `-o ""` as the current
+    directory, and the refusal then named "." instead of the empty path given."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value:
+            self.fail("an empty path", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def policy_option(help_text: str) -> Callable[[F], F]:
     """`--policy NAME[:key=value,...]`, repeatable, default verl."""
     return click.option(
@@ -56,20 +66,18 @@ def max_num_seqs_option(help_text: str) -> Callable[[F], F]:
 
 
 def json_option(help_text: str) -> Callable[[F], F]:
-    return click.option(
-        "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help=help_text
-    )
+    return click.option("--json", "json_path", type=PathArg(dir_okay=False, path_type=Path), help=help_text)
 
 
 def out_option(help_text: str) -> Callable[[F], F]:
-    return click.option("--out", type=click.Path(file_okay=False, path_type=Path), help=help_text)
+    return click.option("--out", type=PathArg(file_okay=False, path_type=Path), help=help_text)
 
 
 def chrome_trace_option() -> Callable[[F], F]:
     """`--chrome-trace FILE`: the run's worker timeline for ui.perfetto.dev."""
     return click.option(
         "--chrome-trace",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=PathArg(dir_okay=False, path_type=Path),
         help="Write the worker timeline as a Chrome/Perfetto trace (JSON) to open in ui.perfetto.dev.",
     )
 

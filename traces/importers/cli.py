@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from simctl.traces.cli_options import NumberRange
+from simctl.traces.cli_options import NumberRange, PathArg
 from simctl.traces.importers.common import DumpError, Imported, ImportOptions
 from simctl.traces.io import write_trace
 from simctl.traces.outputs import check_output_file
@@ -59,9 +59,9 @@ def _model(name: str) -> tuple[str, dict[str, Any] | None]:
 @click.command("import")
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMAT_NAMES))
 @click.argument(
-    "paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
+    "paths", metavar="PATH...", nargs=-1, required=True, type=PathArg(exists=True, path_type=Path)
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("-o", "--output", type=PathArg(dir_okay=False, path_type=Path), required=True)
 @click.option(
     "--model",
     required=True,
@@ -77,7 +77,7 @@ def _model(name: str) -> tuple[str, dict[str, Any] | None]:
 )
 @click.option(
     "--tokenizer",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=PathArg(exists=True, file_okay=False, path_type=Path),
     help="Local Hugging Face tokenizer directory (verl, roll: required; areal: adds token ids).",
 )
 @click.option(
