@@ -471,6 +471,29 @@ def test_roll_messages_are_rendered_with_the_chat_template(tmp_path: Path, token
     assert sorted(joined.df["prompt_len"]) == want and "approximate" in joined.meta.notes["import"]["prompts"]
 
 
+def test_roll_prompts_carry_the_bos_its_encoding_adds(tmp_path: Path) -> None:
+    """ROLL encodes the prompts with `tokenizer(text_list)` (special tokens at the default),
+    so a tokenizer whose post-processor prepends BOS (Llama's, Gemma's) gave every prompt
+    one; responses are generated ids and have none."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    vocab = {"[UNK]": 0, "</s>": EOS, "<s>": 202, **{f"w{i}": i + 2 for i in range(200)}}
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tk.post_processor = tokenizers.processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 202)]
+    )
+    bos = tmp_path / "bos-tok"
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk, unk_token="[UNK]", eos_token="</s>", bos_token="<s>"
+    ).save_pretrained(str(bos))
+    trace, _ = import_ok(tmp_path, "roll", write_roll(tmp_path / "dump"), extra=("--tokenizer", str(bos)))
+    assert sorted(trace.df["prompt_len"]) == sorted(len(PROMPTS[p]) + 1 for _, p, _, _ in PLAN)
+    vals, off = trace.token_arrays("prompt_tokens")
+    assert (vals[off[:-1]] == 202).all()
+    assert sorted(trace.df["response_len"]) == sorted(n for *_, n in PLAN)
+
+
 # --- slime --------------------------------------------------------------------------------
 
 

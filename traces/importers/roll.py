@@ -16,7 +16,9 @@ Groups are the responses of a step with the same `id` (else the same prompt text
 group size, budget and temperature come from `generation_config` unless given. Token counts
 need `--tokenizer DIR` (text only is dumped): the prompt is `prompt`, or `messages` rendered
 with the tokenizer's chat template and its generation prompt, as the pipeline renders them
-(without a template in the directory: their contents joined, shorter than the real prompt).
+(without a template in the directory: their contents joined, shorter than the real prompt),
+encoded as `get_encode_function` encodes them (`tokenizer(text_list)`, special tokens at
+the tokenizer's default: a BOS where its post-processor prepends one).
 
 The RLVR pipeline is single-turn (`roll/distributed/scheduler/user_defined_rollout_loop.py`:
 multi-turn is a TODO). The agentic pipeline (`roll/pipeline/agentic/agentic_pipeline.py`,
@@ -186,7 +188,9 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             if steps is None:
                 raise DumpError(f"{where}: column 'global_step' missing")
             scores = _column(obj, "scores", n, where)
-            prompts = tok.encode(texts)
+            # (`get_encode_function` tokenizes the rendered prompts with `tokenizer(text_list)`:
+            # add_special_tokens at its default, so a tokenizer that prepends BOS did)
+            prompts = tok.encode(texts, special=True)
             outs = tok.encode([as_text(r, "responses", where) for r in responses])
             for i in range(n):
                 if not prompts[i]:

@@ -25,12 +25,14 @@ class TextTokenizer:
     eos_id: int | None
     path: Path
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        """Ids of each text, as the model would have generated them (no BOS added)."""
+    def encode(self, texts: list[str], special: bool = False) -> list[list[int]]:
+        """Ids of each text, as the model would have generated them (no BOS added), or with
+        `special` as a tokenizer call with its defaults encodes a prompt (the BOS and other
+        tokens its post-processor adds, where it adds any)."""
         if not texts:
             return []
         try:
-            return [list(ids) for ids in self.hf(texts, add_special_tokens=False)["input_ids"]]
+            return [list(ids) for ids in self.hf(texts, add_special_tokens=special)["input_ids"]]
         except (TypeError, ValueError) as exc:  # (a lone surrogate a JSON escape produced)
             bad = next((t for t in texts if not _encodable(t)), None)
             shown = repr(bad[:40]) if bad is not None else "a text"
