@@ -50,6 +50,7 @@ from simctl.live.records import ITERATION_COLUMNS, Overhead, StepAccounts, StepR
 from simctl.live.state import LiveRequest, LiveWorker
 from simctl.live.view import LiveView, RunFacts
 from simctl.live.workload import StepWork, Workload
+from simctl.policies.action_checks import checked
 from simctl.policies.compose import drafting_gap, requirement_gaps
 from simctl.policies.contract import (
     Action,
@@ -213,8 +214,10 @@ class LiveExecutor:
         acct = self._step_accounts()
         acct.events += 1
         t0 = time.perf_counter()
-        actions = decide(self.policy, event, self.view)
+        actions, problem = checked(decide(self.policy, event, self.view), self.cluster.n_requests)
         acct.policy_s += time.perf_counter() - t0
+        if problem:
+            raise LiveError(f"policy '{self.policy.name}': {problem}")
         if actions:
             self.actions.apply(actions)
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import simpy
 
+from simctl.policies.action_checks import checked
 from simctl.policies.contract import (
     Action,
     Assign,
@@ -192,7 +193,9 @@ class StepSimulation:
     # ---------------------------------------------------------------------- events
     def emit(self, event: Event) -> None:
         self.counters["events"] += 1
-        actions = decide(self.policy, event, self.view)
+        actions, problem = checked(decide(self.policy, event, self.view), self.state.n_requests)
+        if problem:
+            raise SimError(f"policy '{self.policy.name}': {problem}")
         if actions:
             self.apply_actions(actions)
 

@@ -30,6 +30,7 @@ from simctl.policies.contract import (
     ChunkFinished,
     ClusterView,
     CopyCancelled,
+    Defer,
     Event,
     LaunchReplica,
     Migrate,
@@ -307,6 +308,22 @@ def test_policy_that_places_nothing_fails(trace_file: Path) -> None:
 
     with pytest.raises(LiveError, match="placed no request"):
         _live(Lazy(), from_trace(trace_file, vocab=256, steps=[0]))
+
+
+def test_bad_actions_are_refused_live_as_in_the_simulator(trace_file: Path) -> None:
+    """The live executor checks a policy's answer as the simulator does
+    (policies/action_checks.py): -1 is not the step's last request."""
+
+    class NegativeDefer(Policy):
+        name = "negdefer"
+
+        def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+            if isinstance(event, StepStarted):
+                return [Assign(r, 0) for r in event.requests[:-1]] + [Defer(-1)]
+            return []
+
+    with pytest.raises(LiveError, match=r"^policy 'negdefer': Defer\(request=-1\): request -1 is not one of"):
+        _live(NegativeDefer(), from_trace(trace_file, vocab=256, steps=[0]))
 
 
 # ------------------------------------------------------------------------- torch engine
