@@ -19,20 +19,30 @@ traces/run_format.py, reports/build.py) and `simctl sweep` (simctl/sweep_runner.
 errors are the CLI's one-line exceptions (`TraceError`, `PolicySpecError`, `SimError`,
 `SweepSpecError`, `ValueError` for a bad cluster or steps).
 Policies are spec strings (`"ngram:gamma=4"`, `"my_policies.py:Mine"`), `Policy`
-subclasses (built with their default parameters) or `Policy` objects (used as they are).
+subclasses (built with their default parameters) or `Policy` objects (used as they are:
+a second replay of the same object continues from the state the first left, so pass a new
+object, a class or a spec string for an independent run). Two policies of one name are
+refused (results are kept by name). A `Trace` given as an object is checked as a trace file
+is (an edited `trace.df` may hold what no valid file does) and that checked copy replayed.
+A file plug-in is loaded again when its content changed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Integral
+from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pandas as pd
 
 from simctl.policies.contract import Policy
+from simctl.policies.params import PolicySpecError
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
 from simctl.sim.engine_config import EngineConfig
@@ -49,7 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Result", "Sweep", "estimate_sweep", "load_trace", "replay", "sweep"]
 
-PolicyLike = str | type[Policy] | Policy
+PolicyLike: TypeAlias = str | type[Policy] | Policy
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -69,7 +79,12 @@ def _steps(steps: int | str | Sequence[int] | None, available: list[int]) -> lis
             raise ValueError(f"steps {steps!r} is not N or A:B") from None
         chosen = [s for s in available if lo <= s < hi]
     else:
-        wanted = {int(steps)} if isinstance(steps, int) else {int(s) for s in steps}
+        values = [steps] if not isinstance(steps, Sequence) else list(steps)
+        if isinstance(steps, bytes) or not all(
+            isinstance(v, Integral) and not isinstance(v, bool) for v in values
+        ):
+            raise ValueError(f"steps {steps!r} is not all, N, 'A:B' or a list of step numbers")
+        wanted = {int(v) for v in values if isinstance(v, Integral)}
         chosen = [s for s in available if s in wanted]
     if not chosen:
         raise ValueError(
@@ -81,7 +96,116 @@ def _steps(steps: int | str | Sequence[int] | None, available: list[int]) -> lis
 def _policy(p: PolicyLike) -> str | Policy:
     if isinstance(p, str | Policy):
         return p
+    if not isinstance(p, type):
+        raise PolicySpecError(f"policy {p!r} is not a spec string, a Policy subclass or a Policy object")
     return class_family(p, None, getattr(p, "__name__", repr(p))).make("")
+
+
+def _named_policies(policies: PolicyLike | Sequence[PolicyLike]) -> list[str | Policy]:
+    """The policies to replay, each once: the same spec string given twice is one run (the
+    same results), the same object twice is refused (the second run would start from the
+    state the first left), and two policies of one name are refused (the results are kept
+    by name: the second replaced the first, a plug-in named verl the baseline)."""
+    from simctl.traces.plugins import make_policy
+
+    if isinstance(policies, str | Policy | type):
+        listed: list[Any] = [policies]
+    elif isinstance(policies, Sequence) and not isinstance(policies, bytes):
+        listed = list(policies)
+    else:
+        raise PolicySpecError(f"policies {policies!r} is not a policy or a list of policies")
+    if not listed:
+        raise PolicySpecError("no policy given")
+    out: list[str | Policy] = []
+    names: dict[str, str] = {}
+    for given in listed:
+        p = _policy(given)
+        if isinstance(p, str):
+            if p in out:
+                continue
+            name, label = make_policy(p).name, repr(p)
+        else:
+            if any(q is p for q in out):
+                raise PolicySpecError(
+                    f"policy object {p.name!r} is listed twice: the second run would start from the "
+                    "state the first left; give two objects"
+                )
+            name, label = p.name, f"{type(p).__name__} object"
+        if not isinstance(name, str) or not name:
+            raise PolicySpecError(f"policy {label}: its name {name!r} is not a non-empty string")
+        if name in names:
+            raise PolicySpecError(
+                f"policies {names[name]} and {label} are both named {name!r}: results are kept by "
+                "name; give each its own (the class attribute `name`)"
+            )
+        names[name] = label
+        out.append(p)
+    return out
+
+
+# Points run at once: more processes than this is a typo, not a machine
+MAX_WORKERS = 1 << 20
+
+
+def _integer(value: Any, what: str, low: int, high: int) -> None:
+    """An integer argument in low..high (not a bool, not a float), as the CLI takes it."""
+    if not isinstance(value, Integral) or isinstance(value, bool) or not low <= int(value) <= high:
+        raise ValueError(f"{what} {value!r} is not an integer in {low}..{high}")
+
+
+def _path(value: Any, what: str) -> Path:
+    """A path argument: a non-empty str or PathLike (an empty one meant '.')."""
+    if isinstance(value, bytes) or not isinstance(value, str | PathLike) or not str(value):
+        raise ValueError(f"{what} {value!r} is not a path")
+    return Path(value)
+
+
+def _unwritable_column(df: pd.DataFrame) -> str | None:
+    """The first column whose values do not convert to the schema's type (pyarrow's error
+    does not name it), as "column 'x'"."""
+    import pyarrow as pa
+
+    from simctl.traces.schema import column_type
+
+    for name in df.columns:
+        kind = column_type(str(name))
+        if kind is None:
+            continue
+        try:
+            pa.array(df[name], type=kind, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, OverflowError):
+            return f"column '{name}' does not hold {kind} values"
+        if not pa.types.is_floating(kind) and df[name].isna().any():
+            return f"column '{name}' has missing values"
+    return None
+
+
+def revalidated(trace: Trace) -> Trace:
+    """An in-memory trace checked as a trace file is: written to a temporary file and read
+    back through every check of `simctl trace validate` (a notebook's edited `trace.df`
+    may hold what no valid file does: acceptance 5, negative lengths, float steps). The
+    trace read back is replayed, as `simctl replay` would replay that file."""
+    from simctl.traces.io import TraceError, write_trace
+
+    if not isinstance(trace.df, pd.DataFrame) or trace.meta is None:
+        raise TraceError("in-memory trace: its df is not a DataFrame or it has no metadata")
+    with tempfile.TemporaryDirectory(prefix="simctl-trace-") as tmp:
+        path = Path(tmp) / "trace.parquet"
+        try:
+            write_trace(path, trace.df, trace.meta, lists=trace.lists)
+        except TraceError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            where = _unwritable_column(trace.df)
+            raise TraceError(
+                f"in-memory trace: {where or 'cannot be written as a trace'} ({first})"
+            ) from None
+        try:
+            checked = load_valid_trace(path)
+        except TraceError as exc:
+            raise TraceError(str(exc).replace(str(path), "in-memory trace")) from None
+    return dataclasses.replace(checked, path=trace.path)
 
 
 @dataclass
@@ -133,24 +257,52 @@ class Result:
 
     def report(self, out: str | Path, baseline: str = "verl") -> Path:
         """Write the run directory to `out/run` and render the comparison report into `out`;
-        returns `out/index.html`."""
+        returns `out/index.html`. All or nothing: when the report cannot be built, `out` is
+        as it was (a run directory it held before is put back). `baseline`: the policy
+        speedups divide by (the default, verl, falls back to the first policy when verl was
+        not replayed; a baseline named otherwise must be one of the runs)."""
         from simctl.reports.build import build_report, check_report_dir
+        from simctl.traces.atomic import temp_sibling
         from simctl.traces.outputs import check_output_dir
 
-        out = Path(out)
+        out = _path(out, "out")
+        if baseline not in self.runs:
+            if baseline != "verl":
+                raise ValueError(f"baseline {baseline!r} is not one of the runs ({', '.join(self.runs)})")
+            baseline = next(iter(self.runs))
         check_output_dir(out, inputs=[], what="report directory")
         check_report_dir(out, [out / "run"])
-        run_dir = self.write_run(out / "run")
-        return build_report(
-            [run_dir], out, baseline=baseline if baseline in self.runs else next(iter(self.runs))
-        )
+        existed, old_run = out.exists(), out / "run"
+        aside = temp_sibling(out) if old_run.exists() else None  # (outside: not a foreign entry)
+        if aside is not None:
+            old_run.rename(aside)
+        try:
+            run_dir = self.write_run(old_run)
+            index = build_report([run_dir], out, baseline=baseline)
+        except BaseException:
+            if not existed:
+                shutil.rmtree(out, ignore_errors=True)
+            else:
+                shutil.rmtree(old_run, ignore_errors=True)
+                if aside is not None:
+                    aside.rename(old_run)
+            raise
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        return index
 
     def chrome_trace(self, path: str | Path) -> Path:
-        """The worker timeline as a Chrome/Perfetto trace (JSON) at `path`."""
+        """The worker timeline as a Chrome/Perfetto trace (JSON) at `path`, checked as
+        `simctl replay --chrome-trace` checks it (never the trace replayed, nor a file that
+        is not JSON)."""
         from simctl.traces.chrome_trace import write_run_chrome_trace
+        from simctl.traces.outputs import check_output_file
 
-        write_run_chrome_trace(Path(path), run_tables(self.runs), self.doc)
-        return Path(path)
+        path = _path(path, "path")
+        inputs = [Path(str(self.setup.trace.path))] if self.setup.trace.path is not None else []
+        check_output_file(path, inputs=inputs, what="Chrome trace file", kind="json")
+        write_run_chrome_trace(path, run_tables(self.runs), self.doc)
+        return path
 
 
 def replay(
@@ -168,25 +320,29 @@ def replay(
     """Replay `trace` (a Trace or a trace file) under each policy on `cluster`, as `simctl
     replay` does; `steps`: all, N, "A:B" or a list of step numbers."""
     from simctl.replay_cmd import run_document
+    from simctl.traces.cli_options import MAX_NUM_SEQS_LIMIT, MAX_SEED
 
-    loaded = trace if isinstance(trace, Trace) else load_trace(trace)
+    _integer(seed, "seed", 0, MAX_SEED)
+    _integer(max_num_seqs, "max_num_seqs", 1, MAX_NUM_SEQS_LIMIT)
+    if not isinstance(cluster, str | Path):
+        raise ValueError(f"cluster {cluster!r} is not a layout name or a cluster file")
+    loaded = revalidated(trace) if isinstance(trace, Trace) else load_trace(_path(trace, "trace"))
     source = "trace" if isinstance(trace, Trace) else f"trace {trace}"
-    model_spec = model_of_trace(loaded.meta, source, model)
+    model_spec = model_of_trace(loaded.meta, source, None if model is None else str(_path(model, "model")))
     spec = parse_cluster(cluster)
     setup = ReplaySetup(
         trace=loaded,
         cluster=spec,
         model=model_spec,
-        cost=load_cost_model(model_spec, spec, Path(profile) if profile else None),
+        cost=load_cost_model(model_spec, spec, _path(profile, "profile") if profile is not None else None),
         steps=_steps(steps, loaded.steps),
         seed=seed,
-        engine=EngineConfig(max_num_seqs=max_num_seqs, per_iteration=per_iteration),
-        cost_source=str(profile) if profile else "roofline",
+        engine=EngineConfig(max_num_seqs=max_num_seqs, per_iteration=bool(per_iteration)),
+        cost_source=str(profile) if profile is not None else "roofline",
     )
-    listed: Sequence[PolicyLike] = [policies] if isinstance(policies, str | Policy | type) else policies
     runs: dict[str, PolicyRun] = {}
-    for p in listed:
-        run = run_policy(setup, _policy(p))
+    for p in _named_policies(policies):
+        run = run_policy(setup, p)
         runs[run.name] = run
     label = Path(str(loaded.path)) if loaded.path is not None else Path("<in-memory trace>")
     return Result(setup=setup, runs=runs, doc=run_document(setup, runs, label))
@@ -223,8 +379,10 @@ def sweep(
     from simctl.sweep_runner import default_workers, ray_available, run_sweep
     from simctl.sweep_table import write_outputs
 
+    if workers is not None:
+        _integer(workers, "workers", 1, MAX_WORKERS)
     loaded = _sweep_spec(spec, plugins)
-    out = Path(out)
+    out = _path(out, "out")
     if workers is None and not ray_address:
         workers = default_workers()
     if ray is None:
@@ -239,6 +397,8 @@ def sweep(
 def _sweep_spec(spec: str | Path | Mapping[str, Any], plugins: Sequence[str]) -> SweepSpec:
     from simctl.sweep_spec import load_spec, spec_from_data
 
+    if isinstance(plugins, str | bytes) or not all(isinstance(p, str) for p in plugins):
+        raise ValueError(f"plugins {plugins!r} is not a list of plug-in specs")
     if isinstance(spec, Mapping):
         return spec_from_data(dict(spec), Path.cwd() / "<sweep spec>", plugins)
     return load_spec(Path(spec), plugins)
@@ -257,4 +417,6 @@ def estimate_sweep(
     (simctl/sweep_estimate.py). Runs no point and writes nothing."""
     from simctl.sweep_estimate import estimate_in
 
+    if workers is not None:
+        _integer(workers, "workers", 1, MAX_WORKERS)
     return estimate_in(_sweep_spec(spec, plugins), None if out is None else Path(out), workers)

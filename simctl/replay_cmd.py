@@ -265,12 +265,23 @@ def replay_cmd(
 ) -> None:
     """Replay TRACE under each --policy on a simulated cluster and compare."""
     check_outputs(trace, json_path, out, report_dir, chrome_trace)
-    names = []
+    policies = tuple(dict.fromkeys(policies))  # (the same spec twice: one run, the same results)
+    names: list[str] = []
     for p in policies:
         try:
-            names.append(make_policy(p).name)
+            name = make_policy(p).name
         except UnknownPolicyError as exc:
             raise click.ClickException(str(exc)) from None
+        if not isinstance(name, str) or not name:
+            raise click.ClickException(f"policy {p}: its name {name!r} is not a non-empty string")
+        if name in names:
+            other = policies[names.index(name)]
+            raise click.BadParameter(
+                f"'{other}' and '{p}' are both named '{name}': results are kept by name; give each "
+                "its own (the class attribute `name`)",
+                param_hint="--policy",
+            )
+        names.append(name)
     given = click.get_current_context().get_parameter_source("baseline") is not ParameterSource.DEFAULT
     if given and baseline not in names:
         raise click.BadParameter(

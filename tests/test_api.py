@@ -4,8 +4,10 @@ numbers as `simctl replay`; one-line errors; `import simctl` stays light."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from simctl.cli import main
 from simctl.policies.params import PolicySpecError
 from simctl.policies.placement import StaticGroupPlacement
 from simctl.traces.io import TraceError
+from simctl.traces.outputs import OutputPathError
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"
@@ -102,6 +105,25 @@ def test_policies_as_classes_objects_and_step_forms() -> None:
         (lambda: simctl.replay(SAMPLE, "verl", cluster="z9000x3"), ValueError, "z9000x3"),
         (lambda: simctl.replay(SAMPLE, "verl", steps="40:50"), ValueError, "selects no step"),
         (lambda: simctl.replay(SAMPLE, "verl", steps="a:b"), ValueError, "is not N or A:B"),
+        # what the command refuses, the API refuses too (steps=True replayed step 1, 0.9 step 0)
+        (lambda: simctl.replay(SAMPLE, "verl", steps=True), ValueError, "steps True is not"),
+        (lambda: simctl.replay(SAMPLE, "verl", steps=[0.9]), ValueError, "steps [0.9] is not"),
+        (lambda: simctl.replay(SAMPLE, "verl", seed=-1), ValueError, "seed -1 is not an integer"),
+        (lambda: simctl.replay(SAMPLE, "verl", seed=1.5), ValueError, "seed 1.5 is not an integer"),
+        (lambda: simctl.replay(SAMPLE, "verl", max_num_seqs=1.5), ValueError, "max_num_seqs 1.5"),
+        (lambda: simctl.replay(SAMPLE, "verl", max_num_seqs=0), ValueError, "max_num_seqs 0"),
+        (lambda: simctl.replay(SAMPLE, "verl", model=""), ValueError, "model '' is not a path"),
+        (lambda: simctl.replay(None, "verl"), ValueError, "trace None is not a path"),
+        (lambda: simctl.replay(SAMPLE, "verl", cluster=8), ValueError, "cluster 8 is not"),
+        (lambda: simctl.replay(SAMPLE, []), PolicySpecError, "no policy given"),
+        (lambda: simctl.replay(SAMPLE, 5), PolicySpecError, "policies 5 is not a policy"),
+        (lambda: simctl.sweep(SWEEP, "never", workers="2"), ValueError, "workers '2' is not an integer"),
+        (lambda: simctl.estimate_sweep(SWEEP, workers=0), ValueError, "workers 0 is not an integer"),
+        (
+            lambda: simctl.sweep(SWEEP, "never", plugins="x.py:C"),
+            ValueError,
+            "plugins 'x.py:C' is not a list",
+        ),
     ],
 )
 def test_errors_are_one_line(call, error: type[Exception], words: str) -> None:
@@ -171,3 +193,108 @@ def test_estimate_sweep_counts_points_and_complete_ones(tmp_path: Path) -> None:
     simctl.sweep(SWEEP, tmp_path / "api", workers=1)
     after = simctl.estimate_sweep(SWEEP, tmp_path / "api")
     assert after.complete == 6 and after.cpu_s == 0.0
+
+
+class NamedVerl(StaticGroupPlacement):
+    name = "verl"
+
+
+def test_policies_of_one_name_are_refused_and_one_spec_twice_is_one_run() -> None:
+    """Results are kept by name: a plug-in named verl replaced the baseline's numbers with
+    its own, and one object listed twice kept only its second run (from the first's state)."""
+    with pytest.raises(PolicySpecError, match="'verl' and NamedVerl object are both named 'verl'"):
+        simctl.replay(SAMPLE, ["verl", NamedVerl()], cluster="a100x8:tp1", steps=0)
+    policy = StaticGroupPlacement()
+    with pytest.raises(PolicySpecError, match="listed twice"):
+        simctl.replay(SAMPLE, [policy, policy], cluster="a100x8:tp1", steps=0)
+    twice = simctl.replay(SAMPLE, ["verl", "verl"], cluster="a100x8:tp1", steps=0)
+    assert twice.steps["policy"].tolist() == ["verl"]
+    res = CliRunner().invoke(
+        main, ["replay", str(SAMPLE), "--policy", "verl", "--policy", "tests.test_api:NamedVerl"]
+    )
+    (line,) = res.output.strip().splitlines()
+    assert res.exit_code == 2 and "'verl' and 'tests.test_api:NamedVerl' are both named 'verl'" in line, line
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda df: df.assign(accept_ngram=5.0), "accept_ngram"),
+        (lambda df: df.assign(prompt_len=-100), "prompt_len"),
+        (lambda df: df.assign(step=df["step"] + 0.5), "step"),
+        (lambda df: df.assign(response_len=df["response_len"].where(df.index > 0)), "response_len"),
+        (lambda df: df.drop(columns="max_tokens"), "max_tokens"),
+    ],
+)
+def test_an_in_memory_trace_is_checked_as_a_file_is(edit, words: str) -> None:
+    """A notebook's edited `trace.df` went into the replay unchecked: acceptance 5 made
+    ngram 3.8x faster, float steps replayed nothing, NaN lengths failed inside simpy."""
+    trace = simctl.load_trace(SAMPLE)
+    bad = dataclasses.replace(trace, df=edit(trace.df))
+    with pytest.raises(TraceError) as info:
+        simctl.replay(bad, "ngram:gamma=4", cluster="a100x8:tp1", steps=0)
+    assert words in str(info.value) and "in-memory trace" in str(info.value), str(info.value)
+    # the trace unedited replays as its file does
+    same = simctl.replay(trace, "verl", cluster="a100x8:tp1", steps=0).steps
+    pd.testing.assert_frame_equal(same, simctl.replay(SAMPLE, "verl", cluster="a100x8:tp1", steps=0).steps)
+
+
+def test_a_failed_report_leaves_its_directory_as_it_was(
+    result: simctl.Result, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import simctl.reports.build as build
+
+    def broken(*args: object, **kwargs: object) -> Path:
+        raise build.ReportError("rendering failed")
+
+    fresh = tmp_path / "fresh"
+    monkeypatch.setattr(build, "build_report", broken)
+    with pytest.raises(build.ReportError):
+        result.report(fresh)
+    assert not fresh.exists()  # (the run directory was left behind)
+    monkeypatch.undo()
+    old = tmp_path / "old"
+    result.report(old)
+    before = sorted(p.relative_to(old).as_posix() for p in old.rglob("*"))
+    stamp = (old / "run" / "run.json").stat().st_mtime_ns
+    monkeypatch.setattr(build, "build_report", broken)
+    with pytest.raises(build.ReportError):
+        result.report(old)
+    assert sorted(p.relative_to(old).as_posix() for p in old.rglob("*")) == before
+    assert (old / "run" / "run.json").stat().st_mtime_ns == stamp
+    assert [p.name for p in tmp_path.iterdir()] == sorted(["fresh", "old"])[1:]  # nothing beside
+    with pytest.raises(ValueError, match="baseline 'nope' is not one of the runs"):
+        result.report(tmp_path / "b", baseline="nope")
+
+
+def test_chrome_trace_never_overwrites_the_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    shutil.copy(SAMPLE, trace)
+    res = simctl.replay(trace, "verl", cluster="a100x8:tp1", steps=0)
+    with pytest.raises(OutputPathError, match="input"):
+        res.chrome_trace(trace)
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(OutputPathError):
+        res.chrome_trace(tmp_path / "notes.txt")
+    assert (tmp_path / "notes.txt").read_text() == "mine" and simctl.load_trace(trace)
+    assert res.chrome_trace(tmp_path / "t.json").is_file()
+
+
+def test_an_edited_plugin_file_is_loaded_again(tmp_path: Path) -> None:
+    """A file plug-in was executed once per process: the notebook's edit-and-rerun replayed
+    the first version. Now once per content."""
+    plugin = tmp_path / "mine.py"
+    body = (
+        "from simctl.policies.contract import Assign, Policy, StepStarted\n"
+        "class Mine(Policy):\n"
+        "    name = 'mine'\n"
+        "    def on_event(self, event, view):\n"
+        "        if isinstance(event, StepStarted):\n"
+        "            return [Assign(r, {target}) for r in event.requests]\n"
+        "        return []\n"
+    )
+    plugin.write_text(body.format(target="i % view.num_workers if False else r % view.num_workers"))
+    spread = simctl.replay(SAMPLE, f"{plugin}:Mine", cluster="a100x8:tp1", steps=0).steps
+    plugin.write_text(body.format(target="0"))
+    one = simctl.replay(SAMPLE, f"{plugin}:Mine", cluster="a100x8:tp1", steps=0).steps
+    assert one["rollout_makespan_s"].iloc[0] > 1.5 * spread["rollout_makespan_s"].iloc[0]

@@ -48,7 +48,9 @@ from simctl.traces.paths import user_path
 #: The entry-point group installed distributions declare their policies in.
 ENTRY_POINT_GROUP = "simctl.policies"
 
-_FILE_MODULES: dict[Path, ModuleType] = {}  # a file plug-in is executed once per process
+# a file plug-in is executed once per process and content: a notebook that edits the file
+# and replays again gets the edited policy (it kept the first version's, silently)
+_FILE_MODULES: dict[tuple[Path, str], ModuleType] = {}
 _ENTRY_FAMILIES: dict[str, Family[Any]] = {}
 
 
@@ -89,10 +91,16 @@ def _first_line(exc: BaseException) -> str:
 
 def _load_file(path: Path, spec: str) -> ModuleType:
     resolved = user_path(path).resolve()
-    if resolved in _FILE_MODULES:
-        return _FILE_MODULES[resolved]
     if not resolved.is_file():
         raise PolicySpecError(f"policy {quote(spec)}: no such file {quote(str(path))}")
+    try:
+        content = hashlib.sha256(resolved.read_bytes()).hexdigest()
+    except OSError as exc:
+        problem = f"cannot read {quote(str(path))} ({exc.strerror})"
+        raise PolicySpecError(f"policy {quote(spec)}: {problem}") from None
+    key = (resolved, content)
+    if key in _FILE_MODULES:
+        return _FILE_MODULES[key]
     digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:10]
     name = f"{FILE_PLUGIN_PREFIX}{digest}_{''.join(c if c.isalnum() else '_' for c in resolved.stem)}"
     module_spec = importlib.util.spec_from_file_location(name, resolved)
@@ -105,7 +113,7 @@ def _load_file(path: Path, spec: str) -> ModuleType:
     except (Exception, SystemExit) as exc:  # (sys.exit at import is the file's error too)
         del sys.modules[name]
         raise PolicySpecError(f"policy {quote(spec)}: loading {path} raised {_first_line(exc)}") from None
-    _FILE_MODULES[resolved] = module
+    _FILE_MODULES[key] = module
     return module
 
 
