@@ -471,6 +471,24 @@ def test_roll_messages_are_rendered_with_the_chat_template(tmp_path: Path, token
     assert sorted(joined.df["prompt_len"]) == want and "approximate" in joined.meta.notes["import"]["prompts"]
 
 
+def test_roll_prefers_messages_where_the_dump_has_both(tmp_path: Path, chatml_dir: Path) -> None:
+    """ROLL's datasets carry a bare `prompt` and a `messages` chat, both dumped; the pipeline
+    renders `messages` (the RLVR examples set `messages: messages`), so its lengths are the
+    template's: `prompt` was read and every prompt came out short."""
+    dump = write_roll(tmp_path / "dump")
+    for f in dump.glob("*.jsonl"):
+        data = json.loads(f.read_text())
+        data["messages"] = [
+            json.dumps([{"role": "system", "content": "w1"}, {"role": "user", "content": p}])
+            for p in data["prompt"]
+        ]
+        f.write_text(json.dumps(data) + "\n")
+    trace, _ = import_ok(tmp_path, "roll", dump, extra=("--tokenizer", str(chatml_dir)))
+    # <|im_start|> system w1 <|im_end|> <|im_start|> user ... <|im_end|> <|im_start|> assistant
+    assert sorted(trace.df["prompt_len"]) == sorted(len(PROMPTS[p]) + 9 for _, p, _, _ in PLAN)
+    assert trace.meta.notes["import"]["prompts_from"].startswith("messages")
+
+
 def test_roll_prompts_carry_the_bos_its_encoding_adds(tmp_path: Path) -> None:
     """ROLL encodes the prompts with `tokenizer(text_list)` (special tokens at the default),
     so a tokenizer whose post-processor prepends BOS (Llama's, Gemma's) gave every prompt
@@ -845,18 +863,26 @@ def test_empty_files_the_writers_leave_are_counted_not_refused(tmp_path: Path, t
 
 
 def test_a_response_cut_inside_a_character_was_cut_at_its_budget(tmp_path: Path, tokenizer_dir: Path) -> None:
-    """A decode cut inside a multi-byte character ends in U+FFFD, and the text encodes to one
-    token fewer than the budget: it is truncated, not a response that stopped (no EOS)."""
+    """A decode cut inside a multi-byte character ends in U+FFFD, and the text encodes to
+    fewer tokens than the budget (the character's byte tokens are one replacement character):
+    it is truncated, not a response that stopped (no EOS), and its length is the budget (it
+    was one short, and the budget recorded with it)."""
     dump = tmp_path / "rollout_data"
     dump.mkdir()
     outs = [words(response_ids(k, 5)) for k in range(3)] + [words(response_ids(9, BUDGET - 2)) + " \ufffd"]
     lines = [{"input": words(PROMPTS[0]), "output": out, "score": 0.0, "step": 1} for out in outs]
     (dump / "1.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
     extra = ("--tokenizer", str(tokenizer_dir), "--max-tokens", str(BUDGET))
-    df = import_ok(tmp_path, "verl", dump, extra=extra)[0].df.sort_values("response_len")
+    trace = import_ok(tmp_path, "verl", dump, extra=extra)[0]
+    df = trace.df.sort_values("response_len")
     assert df["finish_reason"].tolist() == ["stop", "stop", "stop", "length"]
-    # (5 words and the EOS added back; the cut one as it encodes)
-    assert df["response_len"].tolist() == [6, 6, 6, BUDGET - 1]
+    # (5 words and the EOS added back; the cut one at its budget)
+    assert df["response_len"].tolist() == [6, 6, 6, BUDGET] and (df["max_tokens"] == BUDGET).all()
+    assert trace.meta.notes["import"]["responses_cut_inside_a_character"] == 1
+    vals, off = trace.token_arrays("response_tokens")
+    cut = int(np.flatnonzero(trace.df["response_len"].to_numpy() == BUDGET)[0])
+    # the replacement character's id (the fixture's [UNK]) stands for the lost byte tokens
+    assert vals[off[cut + 1] - 2 : off[cut + 1]].tolist() == [0, 0]
 
 
 def test_a_verl_folder_above_two_dumps_is_refused(tmp_path: Path, tokenizer_dir: Path) -> None:
@@ -1044,6 +1070,43 @@ def test_areal_before_0_5_2_text_dumps(tmp_path: Path, tokenizer_dir: Path) -> N
     (dump / "1" / "q0.txt").write_text("idx: 1 / 4, seqlen: 9, reward is 1.0.\nsomething else\n")
     line = import_fails(tmp_path, "areal", dump, extra=extra)
     assert line.endswith("q0.txt line 1: not an 'idx: i / n, seqlen: S, reward is R.' record")
+
+
+def test_areal_text_keeps_carriage_returns_and_reads_the_eos_it_decoded(
+    tmp_path: Path, tokenizer_dir: Path
+) -> None:
+    """The writer decodes with special tokens, so a completion that ends in the EOS token's
+    text stopped, also when that token was the budget's last (it was recorded as cut at the
+    budget); and the file is read as written: universal newlines turned a prompt's "\\r\\n"
+    into "\\n" (a token fewer with a BPE tokenizer, and the response one longer)."""
+    from simctl.traces.importers.areal_text import UPSTREAM, _records
+
+    colour, reset = "\x1b[33m\x1b[2m", "\x1b[0m"
+    d = tmp_path / "dump" / "1"
+    d.mkdir(parents=True)
+    prompt = "w5 w6\r\nw7\rw8"
+    records = []
+    for k, (body, n) in enumerate(
+        [(words(response_ids(0, BUDGET - 1)) + " </s>", BUDGET), (words(response_ids(1, BUDGET)), BUDGET)]
+        + [(words(response_ids(k, 5)) + " </s>", 6) for k in (2, 3)]
+    ):
+        records.append(
+            f"idx: {k + 1} / 4, seqlen: {4 + n}, reward is 1.0.\n"
+            f"prompt is \n{colour}{prompt}{reset}\n"
+            f"sequence is: \n{colour}{body}{reset}\n"
+        )
+    (d / "q0.txt").write_bytes("".join(records).encode())
+    assert _records(d / "q0.txt")[0][4] == prompt
+    trace, _ = import_ok(
+        tmp_path,
+        "areal",
+        tmp_path / "dump",
+        extra=("--max-tokens", str(BUDGET), "--tokenizer", str(tokenizer_dir)),
+    )
+    df = trace.df.sort_values("sample")
+    assert df["response_len"].tolist() == [BUDGET, BUDGET, 6, 6]
+    assert df["finish_reason"].tolist() == ["stop", "length", "stop", "stop"]
+    assert trace.meta.notes["import"]["upstream"] == UPSTREAM
 
 
 # --- fan-out, dict rewards, multi-turn (each as its release's writer code makes it) ---------

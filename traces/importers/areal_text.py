@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from simctl.traces.importers.common import DumpError, RowSet, as_reward
-from simctl.traces.importers.tokenize import load_tokenizer
+from simctl.traces.importers.tokenize import load_tokenizer, note_decoding
 
 _COLOUR = "\x1b[33m\x1b[2m"  # colorama Fore.YELLOW + Style.DIM
 _RESET = "\x1b[0m"  # colorama Style.RESET_ALL
@@ -39,13 +39,19 @@ def is_text_dump(path: Path) -> bool:
     return path.suffix == ".txt" and path.parent.name.isdigit()
 
 
+UPSTREAM = "inclusionAI/AReaL@v0.5.1 areal/workflow/rlvr.py (RLVRWorkflow.arun_episode)"
+
+
 def read_text(files: list[Path], rows: RowSet, tokenizer: Path | None) -> None:
-    """Add every record of `files` to `rows`, with token columns where they agree."""
+    """Add every record of `files` to `rows`, with token columns where they agree. The
+    completion is decoded with its special tokens too, so one that ends in the EOS token's
+    text stopped there (also when that token was the budget's last)."""
     tok = load_tokenizer(tokenizer, "areal (.txt, before v0.5.2)")
+    eos = getattr(tok.hf, "eos_token", None)
     records = [record for path in files for record in _records(path)]
     _refuse_multi_turn(records)
     prompts = tok.encode([r[4] for r in records])
-    for (where, step, group, idx, prompt, seqlen, reward, _), ids in zip(records, prompts, strict=True):
+    for (where, step, group, idx, prompt, seqlen, reward, done), ids in zip(records, prompts, strict=True):
         if not 1 <= len(ids) < seqlen:
             raise DumpError(
                 f"{where}: seqlen {seqlen} leaves no response beside the prompt's {len(ids)} "
@@ -59,11 +65,21 @@ def read_text(files: list[Path], rows: RowSet, tokenizer: Path | None) -> None:
             order=idx,
             prompt_len=len(ids),
             response_len=seqlen - len(ids),
+            truncated=False if isinstance(eos, str) and eos and done.endswith(eos) else None,
             reward=as_reward(reward, "reward", where, rows),
         )
     rows.prompt_tokens = prompts  # (their lengths are the prompt lengths)
-    rows.keep_tokens("response_tokens", tok.encode([r[7] for r in records]), rows.response_len)
+    outs = tok.encode([r[7] for r in records])
+    for i, (record, n) in enumerate(zip(records, rows.response_len, strict=True)):
+        # a completion cut inside a multi-byte character ends in U+FFFD, whose one token
+        # stands for the character's byte tokens (see tokenize.response_ids)
+        if record[7].endswith("\ufffd") and 0 < len(outs[i]) < n:
+            outs[i] = outs[i] + [outs[i][-1]] * (n - len(outs[i]))
+            rows.count("responses_cut_inside_a_character")
+    rows.keep_tokens("response_tokens", outs, rows.response_len)
     rows.notes["tokens"] = "encoded again from the dump's text (AReaL before v0.5.2)"
+    note_decoding(tok, rows)
+    rows.notes["upstream"] = UPSTREAM
 
 
 # (where, step, group, idx, prompt, seqlen, reward, completion)
@@ -90,7 +106,10 @@ def _refuse_multi_turn(records: list[Record]) -> None:
 def _records(path: Path) -> list[Record]:
     """A file's records, in order; one-line errors for anything else in it."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # (newline="": a prompt's or completion's CR stays one, as the writer wrote it; the
+        # universal newlines of read_text turned "\r\n" into "\n", one token fewer)
+        with path.open(encoding="utf-8", newline="") as f:
+            text = f.read()
     except UnicodeDecodeError as exc:
         raise DumpError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     out: list[Record] = []

@@ -82,7 +82,7 @@ from simctl.traces.importers.common import (
     runs_of_ones,
     turn_budget,
 )
-from simctl.traces.importers.tokenize import TextTokenizer, load_tokenizer, response_ids
+from simctl.traces.importers.tokenize import TextTokenizer, load_tokenizer, note_decoding, response_ids
 
 UPSTREAM = "NVIDIA-NeMo/RL@7ea279ab nemo_rl/algorithms/grpo.py + nemo_rl/utils/logger.py"
 _NAME = re.compile(r"^train_data_step(\d+)\.jsonl$")
@@ -112,7 +112,7 @@ def _text_row(
     length = as_int(_one(obj, "input_lengths", where), "input_lengths", where)
     observed, tail = _observation_tail(obj, content, length, tok, where)
     response = content[-1 - observed]
-    generated, truncated = response_ids(tok, tok.encode([response])[0], budget, response)
+    generated, truncated = response_ids(tok, tok.encode([response])[0], budget, response, rows)
     if not 1 <= len(generated) < length - tail:
         raise DumpError(
             f"{where}: field 'input_lengths' {length} leaves no prompt beside the response's "
@@ -267,3 +267,4 @@ def _text_prompt_tokens(rows: RowSet, texts: list[str], tok: TextTokenizer | Non
         return
     rows.keep_tokens("prompt_tokens", tok.encode(texts), rows.prompt_len)
     rows.notes["tokens"] = "responses (and prompts, where they agree) encoded again from the dump's text"
+    note_decoding(tok, rows)

@@ -14,11 +14,16 @@ columns, each a list with one entry per response, restricted to `COLUMMNS_CONFIG
 
 Groups are the responses of a step with the same `id` (else the same prompt text); the
 group size, budget and temperature come from `generation_config` unless given. Token counts
-need `--tokenizer DIR` (text only is dumped): the prompt is `prompt`, or `messages` rendered
-with the tokenizer's chat template and its generation prompt, as the pipeline renders them
-(without a template in the directory: their contents joined, shorter than the real prompt),
-encoded as `get_encode_function` encodes them (`tokenizer(text_list)`, special tokens at
-the tokenizer's default: a BOS where its post-processor prepends one).
+need `--tokenizer DIR` (text only is dumped): the prompt is `messages` rendered with the
+tokenizer's chat template and its generation prompt, as the pipeline renders them (it
+prefers that column, as the RLVR example configs set `messages: messages`; ROLL's own
+datasets carry both, and both are dumped; without a template in the directory, their
+contents joined, shorter than the real prompt), else `prompt`; encoded as
+`get_encode_function` encodes them (`tokenizer(text_list)`, special tokens at the
+tokenizer's default: a BOS where its post-processor prepends one). The config's `template`
+is not dumped: the tokenizer's own template is ROLL's `native` (also `qwen2_5`, `qwen3`); a
+run with ROLL's `chatml`, `longCOT_qwen2.5` or another of its own templates renders prompts
+this cannot know of.
 
 The RLVR pipeline is single-turn (`roll/distributed/scheduler/user_defined_rollout_loop.py`:
 multi-turn is a TODO). The agentic pipeline (`roll/pipeline/agentic/agentic_pipeline.py`,
@@ -59,7 +64,7 @@ from simctl.traces.importers.common import (
     get,
     json_lines,
 )
-from simctl.traces.importers.tokenize import TextTokenizer, load_tokenizer, response_ids
+from simctl.traces.importers.tokenize import TextTokenizer, load_tokenizer, note_decoding, response_ids
 
 UPSTREAM = "alibaba/ROLL@8eb27cc2 roll/pipeline/rlvr/utils.py (dump_rollout_to_specific_path)"
 # (before Oct 2025, v0.1.x: one `rollout_data.jsonl`, a line of columns appended per step)
@@ -179,9 +184,16 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             n = len(responses)
             facts = _merge(facts, _facts(_column(obj, "sampling_params", n, where), where), where)
             budget = opts.max_tokens if opts.max_tokens is not None else facts.max_tokens
-            key = next((k for k in ("prompt", "messages") if k in obj), None)
+            # (`get_encode_function` renders `messages` when the config names it and the data
+            # has it, the RLVR examples' setting, and reads `prompt` otherwise; both are
+            # dumped where the data has both, as ROLL's own datasets do)
+            key = next((k for k in ("messages", "prompt") if k in obj), None)
             if key is None:
                 raise DumpError(f"{where}: columns 'prompt' and 'messages' both missing")
+            if key == "messages" and "prompt" in obj:
+                rows.notes["prompts_from"] = (
+                    "messages (the dump also has 'prompt', which ROLL reads without it)"
+                )
             texts = [_prompt_text(v, key, where, tok) for v in _column(obj, key, n, where) or []]
             ids = _column(obj, "id", n, where) or texts
             steps = _column(obj, "global_step", n, where)
@@ -195,7 +207,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             for i in range(n):
                 if not prompts[i]:
                     raise DumpError(f"{where}: column '{key}'[{i}] encodes to no tokens")
-                gen, truncated = response_ids(tok, outs[i], budget, responses[i])
+                gen, truncated = response_ids(tok, outs[i], budget, responses[i], rows)
                 if not gen:
                     raise DumpError(f"{where}: column 'responses'[{i}] is empty and the tokenizer has no EOS")
                 rows.add(
@@ -212,6 +224,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                 rows.prompt_tokens.append(prompts[i])
                 rows.response_tokens.append(gen)
     rows.notes["tokens"] = "encoded again from the dump's decoded text"
+    note_decoding(tok, rows)
     if getattr(tok.hf, "chat_template", None) is None:
         rows.notes["prompts"] = (
             "messages joined without a chat template (the tokenizer has none): approximate"

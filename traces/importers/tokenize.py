@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simctl.traces.importers.common import DumpError
+from simctl.traces.importers.common import DumpError, RowSet
 
 
 @dataclass
@@ -24,6 +24,13 @@ class TextTokenizer:
     hf: Any
     eos_id: int | None
     path: Path
+
+    @property
+    def cleans_up_spaces(self) -> bool:
+        """Whether decoding drops spaces before punctuation (`clean_up_tokenization_spaces`,
+        which Llama-3's tokenizer sets and transformers 4 applies): such a dump's text does
+        not encode back to the generated ids."""
+        return bool(getattr(self.hf, "clean_up_tokenization_spaces", False))
 
     def encode(self, texts: list[str], special: bool = False) -> list[list[int]]:
         """Ids of each text, as the model would have generated them (no BOS added), or with
@@ -38,6 +45,17 @@ class TextTokenizer:
             shown = repr(bad[:40]) if bad is not None else "a text"
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:80]
             raise DumpError(f"--tokenizer {self.path}: cannot encode {shown} of the dump ({first})") from None
+
+
+def note_decoding(tok: TextTokenizer, rows: RowSet) -> None:
+    """Say in the notes when the tokenizer's decode cleans up spaces: the framework's
+    transformers may have applied it to the dumped text (4.x does; 5.x not for BPE), which
+    then encodes back a token short here and there."""
+    if tok.cleans_up_spaces:
+        rows.notes["decode_cleans_up_spaces"] = (
+            "the tokenizer sets clean_up_tokenization_spaces: where the run's transformers applied it "
+            "(4.x), the dumped text lost spaces before punctuation, and lengths are approximate"
+        )
 
 
 def load_tokenizer(path: Path | None, fmt: str) -> TextTokenizer:
@@ -67,14 +85,21 @@ def load_tokenizer(path: Path | None, fmt: str) -> TextTokenizer:
 
 
 def response_ids(
-    tok: TextTokenizer, ids: list[int], budget: int | None, text: str = ""
+    tok: TextTokenizer, ids: list[int], budget: int | None, text: str = "", rows: RowSet | None = None
 ) -> tuple[list[int], bool | None]:
     """(generated ids, truncated) of one decoded response `text` (encoded again: `ids`):
     ids that fill the budget were cut there, and so was a text that ends in U+FFFD, the
-    replacement character a decode writes for a multi-byte character cut short (the budget
-    ended inside it; its bytes' token is lost, so the ids fall one short); a shorter response
-    stopped at the EOS token the decoding dropped, which is added back (where the tokenizer
-    has one). Without a budget the ending stays unknown."""
+    replacement character a decode writes for a multi-byte character cut short: the budget
+    ended inside it, so the response is `budget` tokens long, though the character's byte
+    tokens (one to three) encode again as one replacement character. Its length is made the
+    budget by repeating the replacement character's id (those last ids are not the
+    generated ones: counted in `rows`' notes, `responses_cut_inside_a_character`). A
+    shorter response stopped at the EOS token the decoding dropped, which is added back
+    (where the tokenizer has one). Without a budget the ending stays unknown."""
+    if budget is not None and text.endswith("\ufffd") and 0 < len(ids) < budget:
+        if rows is not None:
+            rows.count("responses_cut_inside_a_character")
+        return ids + [ids[-1]] * (budget - len(ids)), True
     if budget is not None and (len(ids) >= budget or text.endswith("\ufffd")):
         return ids[:budget], True
     if tok.eos_id is not None:
@@ -96,20 +121,37 @@ def _encodable(text: str) -> bool:
 # text around them (letters only: no tokenizer splits them into special tokens).
 _MARK = "QqSimctlMark{}Qq"
 
-# The chats tried, as their roles: a user message after up to three earlier exchanges (a
-# few-shot prompt), each with and without a system message; tried longest first, since a
-# longer chat's text also reads as a shorter chat whose content holds the role headers.
+# The chats tried, as their roles: a user message after up to MAX_EXCHANGES earlier
+# exchanges (a few-shot prompt), each with and without a system message; tried longest
+# first, since a longer chat's text also reads as a shorter chat whose content holds the
+# role headers (a chat of more exchanges is read as one of these, short by the headers'
+# special tokens).
+MAX_EXCHANGES = 8
 _CHAT_FORMS = tuple(
     sorted(
         (
             (*(("system",) if system else ()), *(("user", "assistant") * turns), "user")
-            for turns in range(4)
+            for turns in range(MAX_EXCHANGES + 1)
             for system in (False, True)
         ),
         key=len,
         reverse=True,
     )
 )
+
+
+def _letters(i: int) -> str:
+    """A stand-in's distinct letters (no digit: a tokenizer may split digits apart).
+
+    >>> [_letters(i) for i in (0, 1, 25, 26)]
+    ['A', 'B', 'Z', 'BA']
+    """
+    out = ""
+    while True:
+        out = chr(ord("A") + i % 26) + out
+        i //= 26
+        if not i:
+            return out
 
 
 class TemplatedPrompts:
@@ -127,7 +169,9 @@ class TemplatedPrompts:
     differently) is encoded as text, as before, and counted.
 
     The decoded text cannot tell a user message that quotes a role header from the turns
-    it would start; the longer chat is taken (few-shot prompts are the likelier)."""
+    it would start; the longer chat is taken (few-shot prompts are the likelier), so such a
+    prompt comes out a few tokens long, and a chat of more than MAX_EXCHANGES exchanges a
+    few short."""
 
     def __init__(self, tok: TextTokenizer) -> None:
         self.tok = tok
@@ -153,7 +197,7 @@ class TemplatedPrompts:
     def _pieces(self, roles: tuple[str, ...]) -> tuple[str, ...] | None:
         """The decoded text around the contents of a chat of `roles`, or None where the
         template does not write each stand-in once, in order."""
-        marks = tuple(_MARK.format(chr(ord("A") + i)) for i in range(len(roles)))
+        marks = tuple(_MARK.format(_letters(i)) for i in range(len(roles)))
         text = self._render(roles, marks)
         if text is None:
             return None

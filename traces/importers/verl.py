@@ -63,7 +63,7 @@ from simctl.traces.importers.common import (
     get,
     json_lines,
 )
-from simctl.traces.importers.tokenize import TemplatedPrompts, load_tokenizer, response_ids
+from simctl.traces.importers.tokenize import TemplatedPrompts, load_tokenizer, note_decoding, response_ids
 
 UPSTREAM = "volcengine/verl@b178a3cd verl/trainer/ppo/ray_trainer.py (_dump_generations)"
 _NAME = re.compile(r"^\d+\.jsonl$")
@@ -128,7 +128,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
         for i, (where, prompt, response, reward, step) in enumerate(records):
             if not prompts[i]:
                 raise DumpError(f"{where}: field 'input' encodes to no tokens")
-            ids, truncated = response_ids(tok, responses[i], opts.max_tokens, response)
+            ids, truncated = response_ids(tok, responses[i], opts.max_tokens, response, rows)
             if not ids:
                 raise DumpError(f"{where}: field 'output' is empty and the tokenizer has no EOS token")
             rows.add(
@@ -145,6 +145,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             rows.prompt_tokens.append(prompts[i])
             rows.response_tokens.append(ids)
     rows.notes["tokens"] = "encoded again from the dump's decoded text"
+    note_decoding(tok, rows)
     rows.notes["prompts"] = _prompts_note(templated_rows, len(rows.prompt_tokens), templated)
     return rows, FormatFacts()
 
@@ -155,8 +156,8 @@ def _prompts_note(recovered: int, total: int, templated: TemplatedPrompts) -> st
     if not templated.forms:
         return "encoded as text (the tokenizer has no chat template): short by any special tokens"
     if recovered == total:
-        return "rendered back through the chat template (exact)"
+        return "rendered back through the chat template"
     return (
-        f"{recovered} of {total} rendered back through the chat template (exact); the others "
-        "(not a chat the template renders to their text) encoded as text: short by any special tokens"
+        f"{recovered} of {total} rendered back through the chat template; the others (not a chat "
+        "the template renders to their text) encoded as text: short by any special tokens"
     )
