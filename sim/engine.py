@@ -325,6 +325,7 @@ class StepSimulation:
             self.placement.unplace(a.request, w)
             self.workers[w].forget_waiting()
         st.state[a.request] = DEFERRED
+        self.counters["deferred"] += 1
         self.unfinished -= 1
         if self.unfinished == 0:
             self._finish()
@@ -454,8 +455,15 @@ def stall_report(policy: str, st: StepState, now: float) -> str:
     counts = Counter(STATE_NAMES[int(x)] for x in st.state[left])
     shown = ", ".join(str(int(r)) for r in left[:5]) + (" ..." if len(left) > 5 else "")
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    why = []  # (by what state they were left in: the policy's part in each)
+    if counts.get("unassigned"):
+        why.append("never placed the unassigned ones")
+    if counts.get("cancelled"):
+        why.append("cancelled the only copy of the cancelled ones")
+    if counts.get("waiting"):
+        why.append("left the waiting ones queued where no worker admits them (a batch or KV limit)")
     return (
         f"policy '{policy}' left {len(left)} of {st.n_requests} requests of step {st.step} "
         f"unfinished ({kinds}; requests {shown}) at t={now:.1f} s, with no worker busy "
-        "and nothing left to happen: the policy never placed them"
+        f"and nothing left to happen: the policy {'; '.join(why) or 'never placed them'}"
     )

@@ -242,6 +242,10 @@ def run_policy(
         _extend_history(history, frame)
         state.carry = _deferred(frame, step_state)
         state.done = index + 1
+        if state.done == len(setup.steps) and len(state.carry):
+            # deferred out of the last step replayed: never generated in this run (a step
+            # that defers everything shows a makespan of 0), which the run says
+            run.counters["deferred_past_last_step"] = len(state.carry)
         if on_step:
             on_step(run.name, step)
         if after_step:

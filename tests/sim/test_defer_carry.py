@@ -40,6 +40,16 @@ def test_deferred_requests_finish_in_the_next_step_and_tokens_are_conserved() ->
     req1 = run.requests[1]
     assert len(req1) == 12 and req1["finish_s"].notna().all()
     assert s1.rollout_makespan_s > s0.rollout_makespan_s  # the long deferred ones now run here
+    # the run counts them; none is left over past its last step
+    assert run.counters["deferred"] == 4 and "deferred_past_last_step" not in run.counters
+
+
+def test_requests_deferred_past_the_last_step_are_counted() -> None:
+    """A policy that defers out of the last step replayed generates nothing for those
+    requests (deferring everything shows a makespan of 0): the run says how many."""
+    frames = [make_frame(np.full(8, 100), step=0)]
+    run = _run(DeferLongest(), make_trace(pd.concat(frames, ignore_index=True)), cluster="h100x8")
+    assert run.counters["deferred"] == 4 and run.counters["deferred_past_last_step"] == 4
 
 
 def test_carried_requests_keep_their_tokens() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 import simctl.sim.replay as replay_module
-from simctl.policies.contract import Action, Assign, ClusterView, Event, Policy, StepStarted
+from simctl.policies.contract import Action, Assign, Cancel, ClusterView, Event, Policy, StepStarted
 from simctl.sim.engine import SimError
 from tests.factories import make_frame, make_setup, make_trace
 
@@ -34,3 +34,25 @@ def test_unplaced_requests_are_named_in_one_line(monkeypatch: pytest.MonkeyPatch
     assert "\n" not in message
     assert message.startswith("policy 'places-three' left 5 of 8 requests of step 2 unfinished")
     assert "(5 unassigned; requests 3, 4, 5, 6, 7)" in message
+    assert message.endswith("the policy never placed the unassigned ones")
+
+
+class CancelsItsOnlyCopy(PlacesThree):
+    """Places every request and then cancels request 0's only copy: the blame is the
+    cancel, not a placement the policy did make."""
+
+    name = "cancels"
+
+    def on_event(self, event: Event, view: ClusterView) -> Sequence[Action]:
+        if isinstance(event, StepStarted):
+            return [*(Assign(r, 0) for r in view.step_requests()), Cancel(0, 0)]
+        return []
+
+
+def test_a_cancelled_only_copy_is_named_as_the_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replay_module, "make_policy", lambda spec: CancelsItsOnlyCopy())
+    setup = make_setup(make_trace([make_frame([10, 20, 30, 40], step=0)]))
+    with pytest.raises(SimError) as info:
+        replay_module.run_policy(setup, "cancels")
+    assert "(1 cancelled; requests 0)" in str(info.value)
+    assert str(info.value).endswith("the policy cancelled the only copy of the cancelled ones")
