@@ -50,7 +50,7 @@ from simctl.live.records import ITERATION_COLUMNS, Overhead, StepAccounts, StepR
 from simctl.live.state import LiveRequest, LiveWorker
 from simctl.live.view import LiveView, RunFacts
 from simctl.live.workload import StepWork, Workload
-from simctl.policies.action_checks import checked
+from simctl.policies.action_checks import checked, policy_problem
 from simctl.policies.compose import drafting_gap, requirement_gaps
 from simctl.policies.contract import (
     Action,
@@ -66,6 +66,7 @@ from simctl.policies.contract import (
     StepStarted,
     Tick,
     WorkerIdle,
+    asked,
     decide,
     wants_tick,
 )
@@ -114,6 +115,9 @@ class LiveExecutor:
     ) -> None:
         if not engines:
             raise LiveError("a live run needs at least one worker")
+        problem = asked(policy, "its settings", lambda: policy_problem(policy))
+        if problem:
+            raise LiveError(f"policy '{getattr(policy, 'name', policy)}': {problem}")
         self.policy = policy
         self.workload = workload
         self.config = config or ExecutorConfig()

@@ -1,4 +1,5 @@
-"""What every executor checks of a policy's answer before carrying any of it out.
+"""What every executor checks of a policy's answer before carrying any of it out, and of
+the policy itself before a run (`policy_problem`).
 
 An action's fields are typed but not enforced (dataclasses), and the executors index numpy
 arrays and lists with them: a request id of -1 acted on the step's last request, a replica's
@@ -10,8 +11,9 @@ worker's existence, a request's state).
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from numbers import Integral, Real
 from typing import Any
 
@@ -27,6 +29,7 @@ from simctl.policies.contract import (
     SetSpec,
     SpecConfig,
 )
+from simctl.policies.draft_rule import DraftRule
 
 # Draft depth, window, candidates per level and tokens verified per iteration: far above
 # any published setting (SpecActor's windows of 8, TLT's 64 verified tokens), low enough
@@ -131,3 +134,35 @@ def checked(actions: Sequence[Action] | None, n_requests: int) -> tuple[Sequence
 def _shown(action: Any) -> str:
     text = repr(action)
     return text if len(text) <= 160 else text[:157] + "..."
+
+
+def policy_problem(policy: Any) -> str | None:
+    """What is wrong with a policy's own settings, read before a run (None: nothing): a
+    name (results are kept and reported by it), a tick cadence of whole iterations (0.5
+    failed inside simpy, -5 ticked at every iteration), draft rules by method name, and
+    parameters that run.json can hold (`params_problem`)."""
+    name = getattr(policy, "name", None)
+    if not isinstance(name, str) or not name:
+        return f"its name {name!r} is not a non-empty string"
+    ticks = getattr(policy, "tick_iterations", None)
+    if ticks is not None and (not _is_int(ticks) or ticks < 1):
+        return f"tick_iterations {ticks!r} is not None or an integer >= 1"
+    rules = getattr(policy, "draft_rules", None)
+    if rules is not None and (
+        not isinstance(rules, Mapping)
+        or not all(isinstance(k, str) and isinstance(v, DraftRule) for k, v in rules.items())
+    ):
+        return f"draft_rules {_shown(rules)} is not a mapping of method names to DraftRule"
+    return None
+
+
+def params_problem(params: Any) -> str | None:
+    """What keeps a policy's `params()` out of run.json (None: nothing): a dict of JSON
+    values with finite numbers (a NaN failed the run's write, after the whole replay)."""
+    if not isinstance(params, dict):
+        return f"params() returned {type(params).__name__}, not a dict"
+    try:
+        json.dumps(params, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return f"params() returned {_shown(params)}: not JSON with finite numbers ({exc})"
+    return None

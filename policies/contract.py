@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Literal, NamedTuple, NoReturn, Protocol
+from typing import Literal, NamedTuple, NoReturn, Protocol, TypeVar
 
 from simctl.policies.draft_rule import DraftRule
 from simctl.policies.params import PolicyParams
+
+T = TypeVar("T")
 
 RequestId = int
 WorkerId = int
@@ -540,6 +542,16 @@ def decide(policy: Policy, event: Event, view: ClusterView) -> Sequence[Action]:
         return policy.on_event(event, view)
     except (Exception, SystemExit) as exc:  # (a plug-in's sys.exit is its error too)
         _reraise(policy, f"on_event({type(event).__name__} at t={event.time_s:.3f} s)", exc)
+
+
+def asked(policy: Policy, what: str, call: Callable[[], T]) -> T:
+    """`call()`, which asks `policy` `what` (its params, its settings, its offline
+    profile), for executors: an exception of a plug-in's own code comes out as
+    `PolicyRaised`, as `decide` does for `on_event`."""
+    try:
+        return call()
+    except (Exception, SystemExit) as exc:  # (a plug-in's sys.exit is its error too)
+        _reraise(policy, what, exc)
 
 
 def _reraise(policy: Policy, asked: str, exc: BaseException) -> NoReturn:

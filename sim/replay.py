@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simctl.policies.action_checks import params_problem, policy_problem
 from simctl.policies.compose import drafting_gap
-from simctl.policies.contract import ModelInfo, Policy, PromptHistory, Role, give_offline_profile
+from simctl.policies.contract import ModelInfo, Policy, PromptHistory, Role, asked, give_offline_profile
 from simctl.sim.cluster import ClusterSpec
 from simctl.sim.cost_model import CostModel, ProfiledCostModel
 from simctl.sim.drafter_training import (
@@ -185,6 +186,9 @@ def run_policy(
         policy = make_policy(policy_spec) if isinstance(policy_spec, str) else policy_spec
     else:
         policy = resume.policy
+    problem = asked(policy, "its settings", lambda: policy_problem(policy))
+    if problem:
+        raise SimError(f"policy '{getattr(policy, 'name', policy)}': {problem}")
     gap = drafting_gap(policy, trace_draft_methods(setup.trace))
     if gap:
         raise SimError(f"{gap} ({ANNOTATE_HINT})")
@@ -192,9 +196,14 @@ def run_policy(
     if unpriced:
         raise SimError(unpriced)
     if resume is None:
-        state = ReplayState(policy, PolicyRun(name=policy.name, params=policy.params()))
+        params = asked(policy, "params()", policy.params)
+        problem = params_problem(params)
+        if problem:
+            raise SimError(f"policy '{policy.name}': {problem}")
+        state = ReplayState(policy, PolicyRun(name=policy.name, params=params))
         if setup.steps:  # what an offline profile of the workload's drafters would measure
-            give_offline_profile(policy, trace_acceptance(setup.trace, min(setup.steps)))
+            acceptance = trace_acceptance(setup.trace, min(setup.steps))
+            asked(policy, "offline_profile()", lambda: give_offline_profile(policy, acceptance))
     else:
         state = resume
     run, history, spot_gpu_s, lost = state.run, state.history, state.spot_gpu_s, state.lost

@@ -31,6 +31,7 @@ from simctl.policies.contract import (
     SpecConfig,
     StepStarted,
 )
+from simctl.policies.params import PolicySpecError
 from simctl.sim.engine import SimError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,3 +158,47 @@ def test_the_simulator_refuses_them_in_one_line(extra: Any, words: str) -> None:
     assert line.startswith("policy 'rr': ") and words in line, line
     # and the same policy without the bad action replays
     assert len(simctl.replay(trace, [RoundRobin()], cluster="a100x8:tp1", steps="0:1").steps) == 1
+
+
+@pytest.mark.parametrize(
+    ("attrs", "words"),
+    [
+        ({"tick_iterations": 0.5}, "tick_iterations 0.5 is not None or an integer >= 1"),
+        ({"tick_iterations": -5}, "tick_iterations -5"),
+        ({"tick_iterations": "16"}, "tick_iterations '16'"),
+        ({"name": 42}, "its name 42 is not a non-empty string"),
+        ({"name": ""}, "its name '' is not a non-empty string"),
+        (
+            {"draft_rules": {"ngram": 5}},
+            "draft_rules {'ngram': 5} is not a mapping of method names to DraftRule",
+        ),
+        (
+            {"params": lambda self: {"x": math.nan}},
+            "params() returned {'x': nan}: not JSON with finite numbers",
+        ),
+        ({"params": lambda self: ["x"]}, "params() returned list, not a dict"),
+    ],
+)
+def test_a_policys_own_settings_are_checked_before_the_run(attrs: dict[str, Any], words: str) -> None:
+    """Bad settings failed inside simpy (tick_iterations 0.5), in the drafting replay
+    (draft_rules), ticked at every iteration (-5), or failed the run's write after the
+    whole replay (a NaN parameter): now one line before anything runs."""
+    policy = type("Odd", (RoundRobin,), dict(attrs))()
+    # (the API refuses a bad name itself, before the simulator would)
+    with pytest.raises((SimError, PolicySpecError)) as err:
+        simctl.replay(SAMPLE, [policy], cluster="a100x8:tp1", steps="0:1")
+    assert words in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
+
+
+def test_a_plugins_params_and_offline_profile_raising_are_its_errors() -> None:
+    """`params()` and `offline_profile()` raising came out as the plug-in's raw exception;
+    now PolicyRaised, as for `on_event`, naming what it was asked."""
+    from simctl.policies.contract import PolicyRaised
+
+    def boom(self: Any, *args: Any) -> Any:
+        raise KeyError("r17")
+
+    for hook in ("params", "offline_profile"):
+        policy = type("Raises", (RoundRobin,), {hook: boom, "__module__": "my_plugin"})()
+        with pytest.raises(PolicyRaised, match=rf"{hook}\(\)"):
+            simctl.replay(SAMPLE, [policy], cluster="a100x8:tp1", steps="0:1")
