@@ -526,6 +526,8 @@ class _Checker:
             raise self.fail("policies", "no policy (add e.g. `verl = {}`)")
         out: list[tuple[Family[Any], dict[str, Any]]] = []
         for name, value in table.items():
+            if not isinstance(name, str):  # (a dict spec from the Python API; TOML keys are text)
+                raise self.fail(f"policies.{name!r}", "a policy's name must be text")
             family = self.family(name)
             grids = value if isinstance(value, list) else [value]
             if not grids:
