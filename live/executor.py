@@ -95,6 +95,14 @@ class ExecutorConfig:
     kv_watermark: float = 0.01
 
 
+def _checked(policy: Policy) -> Policy:
+    """The policy, once its own settings pass the executors' check (action_checks)."""
+    problem = asked(policy, "its settings", lambda: policy_problem(policy))
+    if problem:
+        raise LiveError(f"policy '{getattr(policy, 'name', policy)}': {problem}")
+    return policy
+
+
 class LiveExecutor:
     """Runs one policy over a workload on `engines` (one per rollout worker)."""
 
@@ -115,10 +123,7 @@ class LiveExecutor:
     ) -> None:
         if not engines:
             raise LiveError("a live run needs at least one worker")
-        problem = asked(policy, "its settings", lambda: policy_problem(policy))
-        if problem:
-            raise LiveError(f"policy '{getattr(policy, 'name', policy)}': {problem}")
-        self.policy = policy
+        self.policy = _checked(policy)
         self.workload = workload
         self.config = config or ExecutorConfig()
         self.history: dict[int, PromptHistory] = dict(history or {})

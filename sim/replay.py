@@ -172,6 +172,34 @@ def profile_gap(policy: Policy, offered: frozenset[str], cost: CostModel) -> str
     return cost.unpriced(missing[0]) if missing else None
 
 
+def _check_policy(setup: ReplaySetup, policy: Policy) -> None:
+    """Refuse, before anything runs, a policy whose settings are bad or whose drafting the
+    trace and cost profile cannot replay."""
+    problem = asked(policy, "its settings", lambda: policy_problem(policy))
+    if problem:
+        raise SimError(f"policy '{getattr(policy, 'name', policy)}': {problem}")
+    gap = drafting_gap(policy, trace_draft_methods(setup.trace))
+    if gap:
+        raise SimError(f"{gap} ({ANNOTATE_HINT})")
+    unpriced = profile_gap(policy, trace_draft_methods(setup.trace), setup.cost)
+    if unpriced:
+        raise SimError(unpriced)
+
+
+def _start(setup: ReplaySetup, policy: Policy) -> ReplayState:
+    """A fresh run's state: the policy's parameters (for run.json) and, told once, what an
+    offline profile of the workload's drafters would measure."""
+    params = asked(policy, "params()", policy.params)
+    problem = params_problem(params)
+    if problem:
+        raise SimError(f"policy '{policy.name}': {problem}")
+    state = ReplayState(policy, PolicyRun(name=policy.name, params=params))
+    if setup.steps:
+        acceptance = trace_acceptance(setup.trace, min(setup.steps))
+        asked(policy, "offline_profile()", lambda: give_offline_profile(policy, acceptance))
+    return state
+
+
 def run_policy(
     setup: ReplaySetup,
     policy_spec: str | Policy,
@@ -186,26 +214,8 @@ def run_policy(
         policy = make_policy(policy_spec) if isinstance(policy_spec, str) else policy_spec
     else:
         policy = resume.policy
-    problem = asked(policy, "its settings", lambda: policy_problem(policy))
-    if problem:
-        raise SimError(f"policy '{getattr(policy, 'name', policy)}': {problem}")
-    gap = drafting_gap(policy, trace_draft_methods(setup.trace))
-    if gap:
-        raise SimError(f"{gap} ({ANNOTATE_HINT})")
-    unpriced = profile_gap(policy, trace_draft_methods(setup.trace), setup.cost)
-    if unpriced:
-        raise SimError(unpriced)
-    if resume is None:
-        params = asked(policy, "params()", policy.params)
-        problem = params_problem(params)
-        if problem:
-            raise SimError(f"policy '{policy.name}': {problem}")
-        state = ReplayState(policy, PolicyRun(name=policy.name, params=params))
-        if setup.steps:  # what an offline profile of the workload's drafters would measure
-            acceptance = trace_acceptance(setup.trace, min(setup.steps))
-            asked(policy, "offline_profile()", lambda: give_offline_profile(policy, acceptance))
-    else:
-        state = resume
+    _check_policy(setup, policy)
+    state = _start(setup, policy) if resume is None else resume
     run, history, spot_gpu_s, lost = state.run, state.history, state.spot_gpu_s, state.lost
     info = setup.info()
     tokens = TraceTokens(setup.trace) if setup.trace.has_tokens() else None

@@ -113,6 +113,28 @@ def with_faults(setup: ReplaySetup, faults: tuple[WorkerFault, ...]) -> ReplaySe
     return setup
 
 
+def policy_names(policies: tuple[str, ...]) -> list[str]:
+    """Each --policy's name, refusing two of one name: results are kept by name (a plug-in
+    named verl replaced the baseline's numbers)."""
+    names: list[str] = []
+    for p in policies:
+        try:
+            name = make_policy(p).name
+        except UnknownPolicyError as exc:
+            raise click.ClickException(str(exc)) from None
+        if not isinstance(name, str) or not name:
+            raise click.ClickException(f"policy {p}: its name {name!r} is not a non-empty string")
+        if name in names:
+            other = policies[names.index(name)]
+            raise click.BadParameter(
+                f"'{other}' and '{p}' are both named '{name}': results are kept by name; give each "
+                "its own (the class attribute `name`)",
+                param_hint="--policy",
+            )
+        names.append(name)
+    return names
+
+
 def check_outputs(
     trace: Path,
     json_path: Path | None,
@@ -266,22 +288,7 @@ def replay_cmd(
     """Replay TRACE under each --policy on a simulated cluster and compare."""
     check_outputs(trace, json_path, out, report_dir, chrome_trace)
     policies = tuple(dict.fromkeys(policies))  # (the same spec twice: one run, the same results)
-    names: list[str] = []
-    for p in policies:
-        try:
-            name = make_policy(p).name
-        except UnknownPolicyError as exc:
-            raise click.ClickException(str(exc)) from None
-        if not isinstance(name, str) or not name:
-            raise click.ClickException(f"policy {p}: its name {name!r} is not a non-empty string")
-        if name in names:
-            other = policies[names.index(name)]
-            raise click.BadParameter(
-                f"'{other}' and '{p}' are both named '{name}': results are kept by name; give each "
-                "its own (the class attribute `name`)",
-                param_hint="--policy",
-            )
-        names.append(name)
+    names = policy_names(policies)
     given = click.get_current_context().get_parameter_source("baseline") is not ParameterSource.DEFAULT
     if given and baseline not in names:
         raise click.BadParameter(

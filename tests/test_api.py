@@ -119,7 +119,11 @@ def test_policies_as_classes_objects_and_step_forms() -> None:
         (lambda: simctl.replay(SAMPLE, 5), PolicySpecError, "policies 5 is not a policy"),
         (lambda: simctl.sweep(SWEEP, "never", workers="2"), ValueError, "workers '2' is not an integer"),
         (lambda: simctl.estimate_sweep(SWEEP, workers=0), ValueError, "workers 0 is not an integer"),
-        (lambda: simctl.estimate_sweep({**SWEEP, "policies": {5: {}}}), ValueError, "a policy's name must be text"),
+        (
+            lambda: simctl.estimate_sweep({**SWEEP, "policies": {5: {}}}),
+            ValueError,
+            "a policy's name must be text",
+        ),
         (
             lambda: simctl.sweep(SWEEP, "never", plugins="x.py:C"),
             ValueError,
