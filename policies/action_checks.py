@@ -138,9 +138,9 @@ def policy_problem(policy: Any) -> str | None:
     name (results are kept and reported by it), a tick cadence of whole iterations (0.5
     failed inside simpy, -5 ticked at every iteration), draft rules by method name, and
     parameters that run.json can hold (`params_problem`)."""
-    name = getattr(policy, "name", None)
-    if not isinstance(name, str) or not name:
-        return f"its name {name!r} is not a non-empty string"
+    problem = name_problem(getattr(policy, "name", None))
+    if problem:
+        return problem
     ticks = getattr(policy, "tick_iterations", None)
     if ticks is not None and (not _is_int(ticks) or ticks < 1):
         return f"tick_iterations {ticks!r} is not None or an integer >= 1"
@@ -150,6 +150,30 @@ def policy_problem(policy: Any) -> str | None:
         or not all(isinstance(k, str) and isinstance(v, DraftRule) for k, v in rules.items())
     ):
         return f"draft_rules {_shown(rules)} is not a mapping of method names to DraftRule"
+    return None
+
+
+def name_problem(name: Any) -> str | None:
+    """What is wrong with a policy's name (None: nothing): results are kept and reported by
+    it, so it must be text."""
+    return None if isinstance(name, str) and name else f"its name {name!r} is not a non-empty string"
+
+
+def names_problem(named: Sequence[tuple[str, Any]]) -> str | None:
+    """What is wrong with the names of the policies of one replay, given as (label, name):
+    each a name, and no two alike (results are kept by name: the second replaced the first,
+    a plug-in named verl the baseline's numbers). None: nothing."""
+    first: dict[str, str] = {}
+    for label, name in named:
+        problem = name_problem(name)
+        if problem:
+            return f"policy {label}: {problem}"
+        if name in first:
+            return (
+                f"{first[name]} and {label} are both named {name!r}: results are kept by name; give "
+                "each its own (the class attribute `name`)"
+            )
+        first[name] = label
     return None
 
 

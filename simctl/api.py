@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pandas as pd
 
+from simctl.policies.action_checks import names_problem
 from simctl.policies.contract import Policy
 from simctl.policies.params import PolicySpecError
 from simctl.sim.cluster import parse_cluster
@@ -117,29 +118,24 @@ def _named_policies(policies: PolicyLike | Sequence[PolicyLike]) -> list[str | P
     if not listed:
         raise PolicySpecError("no policy given")
     out: list[str | Policy] = []
-    names: dict[str, str] = {}
+    named: list[tuple[str, Any]] = []
     for given in listed:
         p = _policy(given)
         if isinstance(p, str):
             if p in out:
                 continue
-            name, label = make_policy(p).name, repr(p)
+            named.append((repr(p), make_policy(p).name))
         else:
             if any(q is p for q in out):
                 raise PolicySpecError(
                     f"policy object {p.name!r} is listed twice: the second run would start from the "
                     "state the first left; give two objects"
                 )
-            name, label = p.name, f"{type(p).__name__} object"
-        if not isinstance(name, str) or not name:
-            raise PolicySpecError(f"policy {label}: its name {name!r} is not a non-empty string")
-        if name in names:
-            raise PolicySpecError(
-                f"policies {names[name]} and {label} are both named {name!r}: results are kept by "
-                "name; give each its own (the class attribute `name`)"
-            )
-        names[name] = label
+            named.append((f"{type(p).__name__} object", p.name))
         out.append(p)
+    problem = names_problem(named)
+    if problem:
+        raise PolicySpecError(problem)
     return out
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from simctl.policies.action_checks import names_problem
 from simctl.policies.registry import UnknownPolicyError
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
@@ -116,22 +117,15 @@ def with_faults(setup: ReplaySetup, faults: tuple[WorkerFault, ...]) -> ReplaySe
 def policy_names(policies: tuple[str, ...]) -> list[str]:
     """Each --policy's name, refusing two of one name: results are kept by name (a plug-in
     named verl replaced the baseline's numbers)."""
-    names: list[str] = []
+    names = []
     for p in policies:
         try:
-            name = make_policy(p).name
+            names.append(make_policy(p).name)
         except UnknownPolicyError as exc:
             raise click.ClickException(str(exc)) from None
-        if not isinstance(name, str) or not name:
-            raise click.ClickException(f"policy {p}: its name {name!r} is not a non-empty string")
-        if name in names:
-            other = policies[names.index(name)]
-            raise click.BadParameter(
-                f"'{other}' and '{p}' are both named '{name}': results are kept by name; give each "
-                "its own (the class attribute `name`)",
-                param_hint="--policy",
-            )
-        names.append(name)
+    problem = names_problem([(f"'{p}'", name) for p, name in zip(policies, names, strict=True)])
+    if problem:
+        raise click.BadParameter(problem, param_hint="--policy")
     return names
 
 

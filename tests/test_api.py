@@ -298,7 +298,7 @@ def test_an_edited_plugin_file_is_loaded_again(tmp_path: Path) -> None:
         "            return [Assign(r, {target}) for r in event.requests]\n"
         "        return []\n"
     )
-    plugin.write_text(body.format(target="i % view.num_workers if False else r % view.num_workers"))
+    plugin.write_text(body.format(target="r % view.num_workers"))
     spread = simctl.replay(SAMPLE, f"{plugin}:Mine", cluster="a100x8:tp1", steps=0).steps
     plugin.write_text(body.format(target="0"))
     one = simctl.replay(SAMPLE, f"{plugin}:Mine", cluster="a100x8:tp1", steps=0).steps

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from simctl.traces.importers.common import DumpError, RowSet, as_reward
-from simctl.traces.importers.tokenize import load_tokenizer, note_decoding
+from simctl.traces.importers.tokenize import cut_inside_character, load_tokenizer, note_decoding
 
 _COLOUR = "\x1b[33m\x1b[2m"  # colorama Fore.YELLOW + Style.DIM
 _RESET = "\x1b[0m"  # colorama Style.RESET_ALL
@@ -71,11 +71,7 @@ def read_text(files: list[Path], rows: RowSet, tokenizer: Path | None) -> None:
     rows.prompt_tokens = prompts  # (their lengths are the prompt lengths)
     outs = tok.encode([r[7] for r in records])
     for i, (record, n) in enumerate(zip(records, rows.response_len, strict=True)):
-        # a completion cut inside a multi-byte character ends in U+FFFD, whose one token
-        # stands for the character's byte tokens (see tokenize.response_ids)
-        if record[7].endswith("\ufffd") and 0 < len(outs[i]) < n:
-            outs[i] = outs[i] + [outs[i][-1]] * (n - len(outs[i]))
-            rows.count("responses_cut_inside_a_character")
+        outs[i] = cut_inside_character(outs[i], n, record[7], rows) or outs[i]
     rows.keep_tokens("response_tokens", outs, rows.response_len)
     rows.notes["tokens"] = "encoded again from the dump's text (AReaL before v0.5.2)"
     note_decoding(tok, rows)

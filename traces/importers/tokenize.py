@@ -96,15 +96,27 @@ def response_ids(
     generated ones: counted in `rows`' notes, `responses_cut_inside_a_character`). A
     shorter response stopped at the EOS token the decoding dropped, which is added back
     (where the tokenizer has one). Without a budget the ending stays unknown."""
-    if budget is not None and text.endswith("\ufffd") and 0 < len(ids) < budget:
-        if rows is not None:
-            rows.count("responses_cut_inside_a_character")
-        return ids + [ids[-1]] * (budget - len(ids)), True
+    if budget is not None:
+        padded = cut_inside_character(ids, budget, text, rows)
+        if padded is not None:
+            return padded, True
     if budget is not None and (len(ids) >= budget or text.endswith("\ufffd")):
         return ids[:budget], True
     if tok.eos_id is not None:
         return [*ids, tok.eos_id], False if budget is not None else None
     return ids, None
+
+
+def cut_inside_character(ids: list[int], length: int, text: str, rows: RowSet | None) -> list[int] | None:
+    """The ids of a response `text` that ends in U+FFFD (a multi-byte character cut short
+    at the budget) made `length` long, its known length, by repeating the replacement
+    character's id for the byte tokens it stands for (counted in `rows`' notes,
+    `responses_cut_inside_a_character`); None for any other response."""
+    if not (text.endswith("\ufffd") and 0 < len(ids) < length):
+        return None
+    if rows is not None:
+        rows.count("responses_cut_inside_a_character")
+    return ids + [ids[-1]] * (length - len(ids))
 
 
 def _encodable(text: str) -> bool:

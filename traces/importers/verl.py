@@ -18,7 +18,7 @@ What the dump lacks and how it is recovered:
 - the prompt's special tokens: verl renders the dataset's chat with the tokenizer's chat
   template (`AgentLoopBase.apply_chat_template`, `add_generation_prompt=True`; before the
   agent loop, `RLHFDataset`, the same), and the decode drops the template's special tokens,
-  so the chat (a user message after up to three exchanges, with or without a system
+  so the chat (a user message after up to eight exchanges, with or without a system
   message) is read off the text, rendered back through the template and kept where it
   decodes to the dumped text exactly (`TemplatedPrompts`);
   other prompts are encoded as text and come out short by those tokens (said in the
