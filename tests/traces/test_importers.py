@@ -285,6 +285,177 @@ def test_templated_prompts_recover_the_rollouts_ids(
     assert recovered == 1 and ids == [truth]
 
 
+# The run's own template (verl's custom_chat_template): no default system message, and
+# Qwen3-like, a marker after the generation prompt where thinking is turned off.
+RUN_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant"
+    "{% if enable_thinking is defined and not enable_thinking %} w199{% endif %}{% endif %}"
+)
+
+
+def test_verl_prompts_rendered_with_the_runs_template_and_arguments(tmp_path: Path, chatml_dir: Path) -> None:
+    """A run that rendered prompts with its own template (`--chat-template`) and template
+    arguments (`--chat-template-kwarg`, verl's apply_chat_template_kwargs) is read back to
+    the rollout's exact ids only with both; the tokenizer's template alone gives other
+    lengths, and the notes say which template and arguments were used."""
+    transformers = pytest.importorskip("transformers")
+    tok = transformers.AutoTokenizer.from_pretrained(str(chatml_dir), local_files_only=True)
+    chats = [
+        [{"role": "user", "content": "w5 w6 w7"}],
+        [{"role": "system", "content": "w9"}, {"role": "user", "content": "w8 w9 w10"}],
+    ]
+    true_ids = [
+        list(
+            tok(
+                tok.apply_chat_template(
+                    c,
+                    chat_template=RUN_TEMPLATE,
+                    tokenize=False,
+                    add_generation_prompt=True,
+                    enable_thinking=False,
+                ),
+                add_special_tokens=False,
+            )["input_ids"]
+        )
+        for c in chats
+    ]
+    assert [len(i) for i in true_ids] == [9, 13]
+    root = tmp_path / "dump"
+    root.mkdir()
+    lines = [
+        {
+            "input": tok.decode(true_ids[p], skip_special_tokens=True),
+            "output": words(response_ids(p * 4 + k, 5)),
+            "score": 1.0,
+            "step": 1,
+        }
+        for p in range(2)
+        for k in range(2)
+    ]
+    (root / "1.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    template = tmp_path / "run.jinja"
+    template.write_text(RUN_TEMPLATE)
+    base = ("--tokenizer", str(chatml_dir), "--max-tokens", "64")
+    trace, _ = import_ok(
+        tmp_path,
+        "verl",
+        root,
+        extra=(*base, "--chat-template", str(template), "--chat-template-kwarg", "enable_thinking=false"),
+    )
+    vals, off = trace.token_arrays("prompt_tokens")
+    got = sorted(vals[off[i] : off[i + 1]].tolist() for i in range(len(off) - 1))
+    assert got == sorted(ids for ids in true_ids for _ in range(2))
+    notes = trace.meta.notes["import"]
+    assert notes["prompts"] == "rendered back through the chat template"
+    assert notes["chat_template"].startswith("run.jinja (sha256 ")
+    assert notes["chat_template_kwargs"] == {"enable_thinking": False}
+    # the template without its argument, or the tokenizer's own: not the rollout's ids
+    for extra in (("--chat-template", str(template)), ()):
+        other, _ = import_ok(tmp_path, "verl", root, extra=(*base, *extra))
+        assert sorted(other.df.groupby("prompt_id")["prompt_len"].first()) != [9, 13]
+        assert other.meta.notes["import"]["prompts"].startswith("0 of 4")
+
+
+def test_roll_messages_rendered_with_the_runs_template(tmp_path: Path, chatml_dir: Path) -> None:
+    """ROLL's `chatml` template is not the tokenizer's: given as a file, the `messages` are
+    rendered with it (no default system message: four tokens fewer than the tokenizer's)."""
+    dump = write_roll(tmp_path / "dump")
+    for f in dump.glob("*.jsonl"):
+        data = json.loads(f.read_text())
+        data["messages"] = [json.dumps([{"role": "user", "content": p}]) for p in data.pop("prompt")]
+        f.write_text(json.dumps(data) + "\n")
+    template = tmp_path / "chatml.jinja"
+    template.write_text(RUN_TEMPLATE)
+    want = sorted(len(PROMPTS[p]) for _, p, _, _ in PLAN)
+    own, _ = import_ok(tmp_path, "roll", dump, extra=("--tokenizer", str(chatml_dir)))
+    # <|im_start|> system w150 <|im_end|> <|im_start|> user ... <|im_end|> <|im_start|> assistant
+    assert sorted(own.df["prompt_len"]) == [n + 9 for n in want]
+    run_t, _ = import_ok(
+        tmp_path, "roll", dump, extra=("--tokenizer", str(chatml_dir), "--chat-template", str(template))
+    )
+    assert sorted(run_t.df["prompt_len"]) == [n + 5 for n in want]
+    assert run_t.meta.notes["import"]["chat_template"].startswith("chatml.jinja")
+
+
+def test_chat_template_options_refuse_bad_input(
+    tmp_path: Path, chatml_dir: Path, tokenizer_dir: Path
+) -> None:
+    """A template that does not render, a file that is not text, arguments that are not
+    KEY=VALUE or that the importer sets itself, or arguments for a tokenizer without a
+    template: one line each, nothing written; for a format that renders no template the
+    options are said to be unused."""
+    dump = write_verl(tmp_path / "d")
+    base = ("--tokenizer", str(chatml_dir), "--max-tokens", str(BUDGET))
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}{{ m['content'] }")
+    line = import_fails(tmp_path, "verl", dump, extra=(*base, "--chat-template", str(broken)))
+    assert str(broken) in line and "cannot render" in line
+    raising = tmp_path / "raising.jinja"
+    raising.write_text("{{ raise_exception('only system+user chats') }}")
+    assert "only system+user chats" in import_fails(
+        tmp_path, "verl", dump, extra=(*base, "--chat-template", str(raising))
+    )
+    binary = tmp_path / "binary.jinja"
+    binary.write_bytes(b"\xff\xfe{{ x }}")
+    assert "not UTF-8" in import_fails(tmp_path, "verl", dump, extra=(*base, "--chat-template", str(binary)))
+    empty = tmp_path / "empty.jinja"
+    empty.write_text("  \n")
+    assert "empty" in import_fails(tmp_path, "verl", dump, extra=(*base, "--chat-template", str(empty)))
+    line = import_fails(
+        tmp_path, "verl", dump, extra=("--tokenizer", str(tokenizer_dir), "--chat-template-kwarg", "a=1")
+    )
+    assert "no chat template" in line
+    for bad, said in (("enable_thinking", "KEY=VALUE"), ("=1", "KEY=VALUE"), ("tokenize=true", "importer")):
+        out = tmp_path / "bad.parquet"
+        res = run(
+            "trace",
+            "import",
+            "verl",
+            str(dump),
+            "-o",
+            str(out),
+            "--model",
+            MODEL,
+            *base,
+            "--chat-template-kwarg",
+            bad,
+        )
+        assert res.exit_code == 2 and said in res.output and not out.exists()
+    res = run(
+        "trace",
+        "import",
+        "verl",
+        str(dump),
+        "-o",
+        str(tmp_path / "t.parquet"),
+        "--model",
+        MODEL,
+        *base,
+        "--chat-template-kwarg",
+        "x=1",
+        "--chat-template-kwarg",
+        "x=2",
+    )
+    assert res.exit_code == 2 and "given twice" in res.output
+    slime = write_slime(tmp_path / "s")
+    res = run(
+        "trace",
+        "import",
+        "slime",
+        str(slime),
+        "-o",
+        str(tmp_path / "s.parquet"),
+        "--model",
+        MODEL,
+        "--max-tokens",
+        "16",
+        "--chat-template",
+        str(broken),
+    )
+    assert res.exit_code == 0 and "--chat-template not used" in res.output
+
+
 def tokenizer_dir_of(templated: Path, tmp_path: Path) -> Path:
     """A copy of a tokenizer directory without its chat template."""
     out = tmp_path / "no-template"

@@ -10,6 +10,7 @@ through :func:`set_model_check` rather than this layer importing upwards. Withou
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,45 @@ def _parse_columns(values: tuple[str, ...]) -> dict[str, str]:
         if not sep or not name.strip() or not source.strip():
             raise click.BadParameter(f"'{text}' is not NAME=SOURCE", param_hint="--column")
         out[name.strip()] = source.strip()
+    return out
+
+
+# apply_chat_template's own parameters, which the importer sets as the rollout did
+_RESERVED_KWARGS = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tokenize",
+        "add_generation_prompt",
+        "chat_template",
+        "return_dict",
+        "continue_final_message",
+        "return_tensors",
+        "tokenizer_kwargs",
+        "return_assistant_tokens_mask",
+    }
+)
+
+
+def _parse_template_kwargs(values: tuple[str, ...]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs for apply_chat_template; VALUE is read as JSON (`false`, `3`,
+    `"x"`, `[...]`) and kept as text where it is not JSON."""
+    out: dict[str, Any] = {}
+    for text in values:
+        name, sep, raw = text.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise click.BadParameter(f"'{text[:80]}' is not KEY=VALUE", param_hint="--chat-template-kwarg")
+        if name in _RESERVED_KWARGS:
+            raise click.BadParameter(
+                f"'{name}' is set by the importer as the rollout set it", param_hint="--chat-template-kwarg"
+            )
+        if name in out:
+            raise click.BadParameter(f"'{name}' given twice", param_hint="--chat-template-kwarg")
+        try:
+            out[name] = json.loads(raw)
+        except (ValueError, RecursionError):
+            out[name] = raw
     return out
 
 
@@ -101,6 +141,24 @@ def _model(name: str) -> tuple[str, dict[str, Any] | None]:
 )
 @click.option("--hardware", default="unknown", show_default=True, help="GPU the rollout ran on.")
 @click.option("--column", "columns", multiple=True, help="table: NAME=SOURCE reads column NAME from SOURCE.")
+@click.option(
+    "--chat-template",
+    type=PathArg(exists=True, dir_okay=False, path_type=Path),
+    help=(
+        "verl, roll: a Jinja chat template file the run rendered prompts with, where not the "
+        "tokenizer's own (verl's custom_chat_template; a ROLL template other than native)."
+    ),
+)
+@click.option(
+    "--chat-template-kwarg",
+    "template_kwargs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help=(
+        "verl, roll: an argument the run gave apply_chat_template (verl's "
+        "data.apply_chat_template_kwargs), VALUE as JSON, e.g. enable_thinking=false."
+    ),
+)
 def import_cmd(
     fmt: str,
     paths: tuple[Path, ...],
@@ -115,6 +173,8 @@ def import_cmd(
     temperature: float | None,
     hardware: str,
     columns: tuple[str, ...],
+    chat_template: Path | None,
+    template_kwargs: tuple[str, ...],
 ) -> None:
     """Import the rollout dumps of an RL framework (docs/importing-traces.md).
 
@@ -135,6 +195,8 @@ def import_cmd(
         temperature=temperature,
         hardware=hardware,
         columns=_parse_columns(columns),
+        chat_template=chat_template,
+        template_kwargs=_parse_template_kwargs(template_kwargs),
     )
     if columns and fmt != "table":
         raise click.BadParameter("only the table format takes column mappings", param_hint="--column")
@@ -153,6 +215,10 @@ def import_cmd(
         f"{imported.meta.group_size}, {tokens}, model {opts.model})"
     )
     _say_notes(fmt, imported, tokenizer, reward_key, max_turns)
+    if (chat_template is not None or template_kwargs) and fmt not in ("verl", "roll"):
+        click.echo(
+            f"--chat-template not used: {fmt} prompts are not rendered through a chat template here", err=True
+        )
     if imported.dropped_rows:
         click.echo(f"dropped {imported.dropped_rows} responses of incomplete groups", err=True)
 

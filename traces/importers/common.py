@@ -53,6 +53,10 @@ class ImportOptions:
     max_turns: int | None = None
     # table format only: schema column -> column of the file
     columns: dict[str, str] = field(default_factory=dict)
+    # verl and ROLL: the chat template the run rendered prompts with, where not the
+    # tokenizer's own, and the arguments it gave apply_chat_template
+    chat_template: Path | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

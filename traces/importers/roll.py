@@ -22,8 +22,10 @@ contents joined, shorter than the real prompt), else `prompt`; encoded as
 `get_encode_function` encodes them (`tokenizer(text_list)`, special tokens at the
 tokenizer's default: a BOS where its post-processor prepends one). The config's `template`
 is not dumped: the tokenizer's own template is ROLL's `native` (also `qwen2_5`, `qwen3`); a
-run with ROLL's `chatml`, `longCOT_qwen2.5` or another of its own templates renders prompts
-this cannot know of.
+run with ROLL's `chatml` is read with that template given as a Jinja file
+(`--chat-template`); `longCOT_qwen2.5` and `longcot_V3` are Python that edits the chat or
+the rendered text, which no template file reproduces, so such prompts come out a few
+tokens short.
 
 The RLVR pipeline is single-turn (`roll/distributed/scheduler/user_defined_rollout_loop.py`:
 multi-turn is a TODO). The agentic pipeline (`roll/pipeline/agentic/agentic_pipeline.py`,
@@ -64,7 +66,13 @@ from simctl.traces.importers.common import (
     get,
     json_lines,
 )
-from simctl.traces.importers.tokenize import TextTokenizer, load_tokenizer, note_decoding, response_ids
+from simctl.traces.importers.tokenize import (
+    TextTokenizer,
+    load_tokenizer,
+    note_decoding,
+    note_template,
+    response_ids,
+)
 
 UPSTREAM = "alibaba/ROLL@8eb27cc2 roll/pipeline/rlvr/utils.py (dump_rollout_to_specific_path)"
 # (before Oct 2025, v0.1.x: one `rollout_data.jsonl`, a line of columns appended per step)
@@ -97,9 +105,9 @@ def _prompt_text(value: Any, key: str, where: str, tok: TextTokenizer | None = N
             raise DumpError(f"{where}: column 'messages' is JSON this reader cannot hold") from None
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise DumpError(f"{where}: column 'messages' is not a list of chat messages")
-    if tok is not None and getattr(tok.hf, "chat_template", None):
+    if tok is not None and tok.has_template:
         try:
-            return str(tok.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+            return tok.render(messages)
         except Exception as exc:  # (jinja's errors, a message the template cannot render)
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise DumpError(
@@ -169,7 +177,7 @@ def _refuse_agentic(obj: dict[str, Any], where: str) -> None:
 
 
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
-    tok = load_tokenizer(opts.tokenizer, "roll")
+    tok = load_tokenizer(opts.tokenizer, "roll", opts.chat_template, opts.template_kwargs)
     what = "ROLL dump files (rollout_dump_data.step_N.jsonl, or rollout_data.jsonl)"
     files = find_files(paths, lambda p: bool(_NAME.match(p.name)), what)
     rows, facts = RowSet(files=files), FormatFacts()
@@ -225,7 +233,8 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
                 rows.response_tokens.append(gen)
     rows.notes["tokens"] = "encoded again from the dump's decoded text"
     note_decoding(tok, rows)
-    if getattr(tok.hf, "chat_template", None) is None:
+    note_template(tok, opts.chat_template, rows)
+    if not tok.has_template:
         rows.notes["prompts"] = (
             "messages joined without a chat template (the tokenizer has none): approximate"
         )

@@ -10,7 +10,8 @@ simulation runs offline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,22 @@ class TextTokenizer:
     hf: Any
     eos_id: int | None
     path: Path
+    # what the rollout gave `apply_chat_template` besides the chat (verl's
+    # `data.apply_chat_template_kwargs`, e.g. Qwen3's enable_thinking)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_template(self) -> bool:
+        return bool(getattr(self.hf, "chat_template", None))
+
+    def render(self, messages: list[dict[str, Any]]) -> str:
+        """The chat as the rollout rendered it: through the chat template, with the
+        generation prompt and the run's template arguments (raises what jinja raises)."""
+        return str(
+            self.hf.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, **self.template_kwargs
+            )
+        )
 
     @property
     def cleans_up_spaces(self) -> bool:
@@ -58,8 +75,16 @@ def note_decoding(tok: TextTokenizer, rows: RowSet) -> None:
         )
 
 
-def load_tokenizer(path: Path | None, fmt: str) -> TextTokenizer:
-    """`--tokenizer DIR`, required by formats whose dumps hold text only."""
+def load_tokenizer(
+    path: Path | None,
+    fmt: str,
+    chat_template: Path | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> TextTokenizer:
+    """`--tokenizer DIR`, required by formats whose dumps hold text only; with the chat
+    template the run used instead of the tokenizer's (`--chat-template`: verl's
+    `custom_chat_template`, a ROLL `template` other than the tokenizer's own) and the
+    arguments it rendered with (`--chat-template-kwarg`)."""
     if path is None:
         raise DumpError(
             f"{fmt} dumps record decoded text, not token counts; pass --tokenizer DIR "
@@ -81,7 +106,57 @@ def load_tokenizer(path: Path | None, fmt: str) -> TextTokenizer:
             f"{path}: cannot load a tokenizer from this directory (JSON nested too deeply)"
         ) from None
     eos = getattr(hf, "eos_token_id", None)
-    return TextTokenizer(hf=hf, eos_id=eos if isinstance(eos, int) else None, path=path)
+    tok = TextTokenizer(
+        hf=hf,
+        eos_id=eos if isinstance(eos, int) else None,
+        path=path,
+        template_kwargs=dict(template_kwargs or {}),
+    )
+    if chat_template is not None:
+        hf.chat_template = read_template(chat_template)
+    if chat_template is not None or tok.template_kwargs:
+        _check_template(tok, chat_template)
+    return tok
+
+
+def read_template(path: Path) -> str:
+    """A chat template file's jinja text (one line naming the file when it cannot be)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DumpError(f"--chat-template {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise DumpError(f"--chat-template {path}: cannot read it ({exc.strerror or exc})") from None
+    if not text.strip():
+        raise DumpError(f"--chat-template {path}: the file is empty")
+    return text
+
+
+def _check_template(tok: TextTokenizer, chat_template: Path | None) -> None:
+    """Render a one-message chat, so that a template that does not compile, or arguments
+    it cannot take, is one line before any of the dump is read."""
+    where = (
+        f"--chat-template {chat_template}" if chat_template is not None else "the tokenizer's chat template"
+    )
+    if not tok.has_template:
+        raise DumpError(f"--chat-template-kwarg: {tok.path} has no chat template to give it to")
+    try:
+        tok.render([{"role": "user", "content": "x"}])
+    except Exception as exc:  # (jinja's errors: syntax, undefined names, raise_exception)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        raise DumpError(
+            f"{where}: cannot render a one-message chat ({type(exc).__name__}: {first})"
+        ) from None
+
+
+def note_template(tok: TextTokenizer, chat_template: Path | None, rows: RowSet) -> None:
+    """Record in the trace's notes which template and arguments the prompts were rendered
+    with, where the user gave them (the file by name and content hash)."""
+    if chat_template is not None:
+        digest = hashlib.sha256(str(tok.hf.chat_template).encode()).hexdigest()[:16]
+        rows.notes["chat_template"] = f"{chat_template.name} (sha256 {digest})"
+    if tok.template_kwargs:
+        rows.notes["chat_template_kwargs"] = dict(tok.template_kwargs)
 
 
 def response_ids(
@@ -189,7 +264,7 @@ class TemplatedPrompts:
         self.tok = tok
         # per form: the roles, and the decoded text before, between and after the contents
         self.forms: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
-        if getattr(tok.hf, "chat_template", None):
+        if tok.has_template:
             for roles in _CHAT_FORMS:
                 pieces = self._pieces(roles)
                 if pieces is not None:
@@ -198,7 +273,7 @@ class TemplatedPrompts:
     def _render(self, roles: tuple[str, ...], contents: tuple[str, ...]) -> str | None:
         messages = [{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)]
         try:
-            return str(self.tok.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+            return self.tok.render(messages)
         except Exception:  # (jinja's errors: a template that takes no such chat)
             return None
 

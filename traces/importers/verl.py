@@ -20,7 +20,9 @@ What the dump lacks and how it is recovered:
   agent loop, `RLHFDataset`, the same), and the decode drops the template's special tokens,
   so the chat (a user message after up to eight exchanges, with or without a system
   message) is read off the text, rendered back through the template and kept where it
-  decodes to the dumped text exactly (`TemplatedPrompts`);
+  decodes to the dumped text exactly (`TemplatedPrompts`); the template is the tokenizer's,
+  or the run's `custom_chat_template` given as `--chat-template`, rendered with its
+  `apply_chat_template_kwargs` given as `--chat-template-kwarg` (neither is dumped);
   other prompts are encoded as text and come out short by those tokens (said in the
   trace's notes);
 - groups: the batch is repeated `rollout.n` times and then reordered by sequence-length
@@ -63,7 +65,13 @@ from simctl.traces.importers.common import (
     get,
     json_lines,
 )
-from simctl.traces.importers.tokenize import TemplatedPrompts, load_tokenizer, note_decoding, response_ids
+from simctl.traces.importers.tokenize import (
+    TemplatedPrompts,
+    load_tokenizer,
+    note_decoding,
+    note_template,
+    response_ids,
+)
 
 UPSTREAM = "volcengine/verl@b178a3cd verl/trainer/ppo/ray_trainer.py (_dump_generations)"
 _NAME = re.compile(r"^\d+\.jsonl$")
@@ -96,7 +104,7 @@ def _refuse_multi_turn(opts: ImportOptions) -> None:
 
 def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFacts]:
     _refuse_multi_turn(opts)
-    tok = load_tokenizer(opts.tokenizer, "verl")
+    tok = load_tokenizer(opts.tokenizer, "verl", opts.chat_template, opts.template_kwargs)
     templated = TemplatedPrompts(tok)
     templated_rows = 0
     files = find_files(paths, lambda p: bool(_NAME.match(p.name)), "verl dump files ({global_step}.jsonl)")
@@ -146,6 +154,7 @@ def read(paths: tuple[Path, ...], opts: ImportOptions) -> tuple[RowSet, FormatFa
             rows.response_tokens.append(ids)
     rows.notes["tokens"] = "encoded again from the dump's decoded text"
     note_decoding(tok, rows)
+    note_template(tok, opts.chat_template, rows)
     rows.notes["prompts"] = _prompts_note(templated_rows, len(rows.prompt_tokens), templated)
     return rows, FormatFacts()
 
