@@ -58,6 +58,7 @@ class Family(Generic[P]):
                 values[key] = d.kind.parse(text)
             except ParamError as exc:
                 raise self.error(f"{key}={quote(text)} {exc} (allowed: {d.kind.allowed})") from None
+        self._check_defaults(declared, given)
         try:
             return dataclasses.replace(self.params(), **values)
         except ParamError as exc:  # a check relating two fields
@@ -66,6 +67,20 @@ class Family(Generic[P]):
             text = given.get(key, d.default_text if d is not None else "")
             allowed = exc.allowed or (d.kind.allowed if d is not None else "?")
             raise self.error(f"{key}={quote(text)} {exc} (allowed: {allowed})") from None
+
+    def _check_defaults(self, declared: Mapping[str, Declared], given: Mapping[str, str]) -> None:
+        """Refuse a default its own kind refuses (a plug-in's `Int(1, 8)` defaulting to 0,
+        an int field defaulting to 2.5): the policy would run with a value no user could
+        give it. Read back from its text, as a given value is."""
+        for name, d in declared.items():
+            if name in given:
+                continue
+            try:
+                d.kind.parse(d.default_text)
+            except (ParamError, TypeError, ValueError) as exc:
+                raise self.error(
+                    f"its default {name}={quote(str(d.default))} {exc} (allowed: {d.kind.allowed})"
+                ) from None
 
     def make(self, arg_text: str = "") -> Policy:
         """The policy with parameters `arg_text`; it records them (`Policy.params()`)."""

@@ -91,6 +91,43 @@ def test_defaults_are_the_declared_ones_and_the_name_is_the_family(name: str) ->
     assert policy.params() == {d.name: d.kind.to_json(d.default) for d in declared}
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_every_registered_default_is_a_value_a_user_could_give(name: str) -> None:
+    for d in REGISTRY[name].declared():
+        d.kind.parse(d.default_text)  # (raises ParamError where the default is refused)
+
+
+@pytest.mark.parametrize(
+    ("kind", "default", "said"),
+    [
+        (Int(1, 8), 0, "out of range"),
+        (Int(1, 8), 2.5, "not an integer"),
+        (Float(0.0, 1.0), 1.5, "out of range"),
+    ],
+)
+def test_a_default_outside_its_own_declaration_is_refused_in_one_line(
+    kind: Kind, default: object, said: str
+) -> None:
+    """A plug-in's declaration whose default its own kind refuses: the policy would run with
+    a value no user could give it; refused when the policy is made, naming it."""
+    from typing import Annotated
+
+    from simctl.policies.params import Param, PolicyParams
+
+    field = dataclasses.make_dataclass(
+        "Declared",
+        [("k", Annotated[type(default), Param(kind, "k")], default)],
+        bases=(PolicyParams,),
+        frozen=True,
+    )
+    family = Family("mine", "a plug-in", field, lambda _n, _p: make_policy("verl"))
+    with pytest.raises(PolicySpecError) as err:
+        family.make("")
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("policy 'mine': its default k=") and said in text
+    family.make("k=1")  # (given, the default is not used)
+
+
 def test_spellings_valid_before_keep_working() -> None:
     # dashes for underscores, ";" in the draft-length set, an empty value for "no method"
     assert make_policy("composite:fon-max-batch=2").params()["fon_max_batch"] == 2
