@@ -45,7 +45,7 @@ class StepMetrics:
     reward_s: float | None = None
     train_s: float | None = None
     weight_sync_s: float | None = None
-    post_source: str | None = None  # "trace" or "model" (sim/step_time.py)
+    post_source: str | None = None  # "trace", "model" or "trace+model" (sim/step_time.py)
 
     def to_dict(self) -> dict:
         return asdict(self)

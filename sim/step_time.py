@@ -1,8 +1,9 @@
 """End-to-end RL step time = rollout makespan + the phases after it.
 
-Reward, training and weight sync come from the trace metadata when it has them (a live
-recording or an imported log measured them). When it does not, they are modelled from the
-work they do, with one set of constants for every paper and preset (calibrated in
+Reward, training and weight sync come from the trace metadata where it has them (a live
+recording or an imported log measured them), each on its own: a trace that measured reward
+and sync but not training has training modelled and keeps its reward and sync. What it
+does not have is modelled from the work it does, with one set of constants for every paper and preset (calibrated in
 sim/calibration_points.py, "step time" points):
 
 * training: policy forward + backward (6 N FLOPs per token) plus the old-policy and
@@ -36,7 +37,7 @@ class PostRollout:
     reward_s: float
     train_s: float
     weight_sync_s: float
-    source: str  # "trace" or "model"
+    source: str  # "trace" (training and sync measured), "model" (both modelled) or "trace+model"
 
 
 def post_rollout_time(
@@ -48,15 +49,20 @@ def post_rollout_time(
     gpu_flops: float,
     sync_bw_Bps: float,
 ) -> PostRollout:
-    if timing.train_s is not None:
-        return PostRollout(
-            reward_s=timing.reward_s or 0.0,
-            train_s=timing.train_s,
-            weight_sync_s=timing.weight_sync_s or 0.0,
-            source="trace",
-        )
-    train = TRAIN_FLOPS_PER_PARAM_TOKEN * active_params * tokens / (total_gpus * gpu_flops * TRAIN_MFU)
-    return PostRollout(reward_s=0.0, train_s=train, weight_sync_s=weight_bytes / sync_bw_Bps, source="model")
+    """The phases after the rollout: each measured one from `timing`, the others modelled
+    (reward, which has no model, as 0)."""
+    train, sync = timing.train_s, timing.weight_sync_s
+    measured = (train is not None) + (sync is not None)
+    if train is None:
+        train = TRAIN_FLOPS_PER_PARAM_TOKEN * active_params * tokens / (total_gpus * gpu_flops * TRAIN_MFU)
+    if sync is None:
+        sync = weight_bytes / sync_bw_Bps
+    return PostRollout(
+        reward_s=timing.reward_s if timing.reward_s is not None else 0.0,
+        train_s=train,
+        weight_sync_s=sync,
+        source=("model", "trace+model", "trace")[measured],
+    )
 
 
 def step_time(makespan: float, post: PostRollout, lent_gpu_s: float, total_gpus: int) -> float:

@@ -236,3 +236,19 @@ def test_params_entry_takes_a_mapping_or_a_dataclass() -> None:
     assert params_entry({"gamma": 3}) == {"gamma": 3}
     with pytest.raises(TypeError, match="mapping or a dataclass"):
         params_entry(3)
+
+
+def test_run_id_is_by_value_whatever_the_arrow_layout() -> None:
+    """The same values in one chunk, in several, or as a slice of a larger array give one
+    id; another value gives another."""
+    from simctl.traces.run_format import run_id
+
+    doc = {"format_version": 2, "trace": "t", "cluster": "c", "seed": 0}
+    whole = pa.table({"a": pa.array([1, 2, None, 4]), "b": pa.array(["x", None, "yy", "z"])})
+    pieces = pa.concat_tables([whole.slice(0, 1), whole.slice(1, 2), whole.slice(3)])
+    wider = pa.table({"a": pa.array([9, 1, 2, None, 4]), "b": pa.array(["q", "x", None, "yy", "z"])}).slice(1)
+    assert pieces.column("a").num_chunks == 3
+    ids = {run_id(doc, {"requests": t}) for t in (whole, pieces, wider)}
+    assert len(ids) == 1
+    other = pa.table({"a": pa.array([1, 2, None, 5]), "b": pa.array(["x", None, "yy", "z"])})
+    assert run_id(doc, {"requests": other}) not in ids

@@ -461,11 +461,11 @@ def run_id(doc: Mapping[str, object], tables: Mapping[str, pa.Table]) -> str:
     for name in sorted(tables):
         table = tables[name]
         h.update(f"{name}:{table.num_rows}:{table.schema}".encode())
-        for column in table.columns:
-            for chunk in column.chunks:
-                for buf in chunk.buffers():
-                    if buf is not None:
-                        h.update(memoryview(buf))
+        # by value (pandas' row hashes), not by Arrow buffers: the same values in other
+        # chunks (`--jobs` joins each policy's tables in another order of pieces), a slice's
+        # whole buffer, or what sits under a null would give another id
+        rows = pd.util.hash_pandas_object(table.to_pandas(), index=False)
+        h.update(rows.to_numpy().tobytes())
     return h.hexdigest()[:16]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -187,7 +187,14 @@ class TraceMeta:
         return meta
 
     def timing_for(self, step: int) -> StepTiming:
-        return self.step_timing.get(step, self.timing)
+        """The step's timing: its override's fields where it gives them, `timing`'s for
+        the rest (an override of the reward alone keeps the default training and sync)."""
+        own = self.step_timing.get(step)
+        if own is None:
+            return self.timing
+        return StepTiming(
+            *(o if o is not None else d for o, d in zip(astuple(own), astuple(self.timing), strict=True))
+        )
 
 
 def _step_timing(value: Any, key: str) -> StepTiming:

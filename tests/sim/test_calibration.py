@@ -155,6 +155,14 @@ def test_outside_rollout_time_scales_with_the_work() -> None:
     assert post(1_000_000, 14e9, 8).weight_sync_s == pytest.approx(2 * base.weight_sync_s)
     measured = post_rollout_time(StepTiming(1.0, 2.0, 3.0), 1, 1.0, 1.0, 1, 1.0, 1.0)
     assert (measured.source, measured.train_s) == ("trace", 2.0)
+    # each phase on its own: measured reward and sync are kept where training is modelled
+    partial = post_rollout_time(
+        StepTiming(reward_s=50.0, weight_sync_s=30.0), 1_000_000, 7e9, 14e9, 8, 312e12, 25e9
+    )
+    assert (partial.reward_s, partial.weight_sync_s, partial.source) == (50.0, 30.0, "trace+model")
+    assert partial.train_s == base.train_s
+    trained = post_rollout_time(StepTiming(train_s=20.0), 1_000_000, 7e9, 14e9, 8, 312e12, 25e9)
+    assert (trained.reward_s, trained.train_s, trained.weight_sync_s) == (0.0, 20.0, base.weight_sync_s)
 
 
 def test_reproduce_runs_model_the_phases_after_rollout() -> None:
@@ -162,3 +170,23 @@ def test_reproduce_runs_model_the_phases_after_rollout() -> None:
 
     trace = Runner().trace(("efficientrollout-qwen7b-8k", 0.05, (0,), 0))
     assert trace.meta.timing.train_s is None and trace.meta.step_timing == {}
+
+
+def test_a_replay_keeps_each_measured_phase_of_a_converted_trace() -> None:
+    """A converted trace that measured reward and sync but not training, with a step whose
+    override gives only the reward: each step's run.json parts keep what was measured and
+    model the rest (both phases were dropped for a modelled training before)."""
+    from simctl.traces.schema import StepTiming
+    from tests.factories import make_frame, make_trace, random_lengths, run_one
+
+    trace = make_trace([make_frame(random_lengths(s, 16), step=s) for s in (0, 1)])
+    trace.meta.source = "converted"
+    trace.meta.timing = StepTiming(reward_s=50.0, weight_sync_s=30.0)
+    trace.meta.step_timing = {1: StepTiming(reward_s=100.0)}
+    steps = run_one(trace).steps
+    assert [(s.reward_s, s.weight_sync_s, s.post_source) for s in steps] == [
+        (50.0, 30.0, "trace+model"),
+        (100.0, 30.0, "trace+model"),
+    ]
+    assert all(s.train_s > 0 for s in steps)
+    assert steps[0].step_time_s > steps[0].rollout_makespan_s + 80.0

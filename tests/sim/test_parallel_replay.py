@@ -14,6 +14,7 @@ from simctl.sim.cost_model import load_cost_model
 from simctl.sim.engine import SimError
 from simctl.sim.models import get_model
 from simctl.sim.replay import ReplaySetup, replay, run_tables
+from simctl.traces.run_format import FORMAT_VERSION, TABLES, run_id, table_from_frames
 from simctl.traces.validate import load_valid_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +45,11 @@ def test_parallel_replay_equals_serial() -> None:
         left = pd.concat(a[table], ignore_index=True) if a[table] else pd.DataFrame()
         right = pd.concat(b[table], ignore_index=True) if b[table] else pd.DataFrame()
         pd.testing.assert_frame_equal(left, right)
+    # ... and so the same run id, which hashes the tables by value (it hashed Arrow's
+    # buffers, which differed for the frames a child process sent back)
+    doc = {"format_version": FORMAT_VERSION, "trace": "t", "cluster": "c", "seed": 0}
+    ids = [run_id(doc, {k: table_from_frames(TABLES[k], v) for k, v in t.items()}) for t in (a, b)]
+    assert ids[0] == ids[1]
     assert sorted(seen) == sorted((s, step) for s in specs for step in (0, 1))
 
 

@@ -176,6 +176,11 @@ def test_replay_models_a_generated_traces_phases_but_uses_measured_ones() -> Non
     assert measured_timing(meta, 0) == StepTiming()
     meta.source = "live"
     assert measured_timing(meta, 0) == StepTiming(1.0, 2.0, 3.0)
+    # a step's override replaces the fields it gives and keeps the others
+    meta.step_timing = {1: StepTiming(reward_s=100.0), 2: StepTiming(train_s=0.0, weight_sync_s=None)}
+    assert measured_timing(meta, 1) == StepTiming(100.0, 2.0, 3.0)
+    assert measured_timing(meta, 2) == StepTiming(1.0, 0.0, 3.0)
+    assert measured_timing(meta, 3) == StepTiming(1.0, 2.0, 3.0)
 
 
 def test_epochs_repeat_prompts() -> None:
