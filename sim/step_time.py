@@ -3,8 +3,8 @@
 Reward, training and weight sync come from the trace metadata where it has them (a live
 recording or an imported log measured them), each on its own: a trace that measured reward
 and sync but not training has training modelled and keeps its reward and sync. What it
-does not have is modelled from the work it does, with one set of constants for every paper and preset (calibrated in
-sim/calibration_points.py, "step time" points):
+does not have is modelled from the work it does, with one set of constants for every
+paper and preset (calibrated in sim/calibration_points.py, "step time" points):
 
 * training: policy forward + backward (6 N FLOPs per token) plus the old-policy and
   reference log-prob forwards (2 x 2 N), over every GPU of the cluster (colocated trainer)
