@@ -153,10 +153,21 @@ def policy_problem(policy: Any) -> str | None:
     return None
 
 
+#: The longest policy name: it labels table rows, figure legends and file names of reports.
+MAX_NAME = 200
+
+
 def name_problem(name: Any) -> str | None:
     """What is wrong with a policy's name (None: nothing): results are kept and reported by
-    it, so it must be text."""
-    return None if isinstance(name, str) and name else f"its name {name!r} is not a non-empty string"
+    it, so it must be printable text of at most MAX_NAME characters (a control character,
+    an ANSI escape say, would reach the terminal and the report page as it is)."""
+    if not isinstance(name, str) or not name:
+        return f"its name {name!r:.80} is not a non-empty string"
+    if len(name) > MAX_NAME:
+        return f"its name {name[:40]!r}... is {len(name)} characters long (at most {MAX_NAME})"
+    if not name.isprintable():
+        return f"its name {name[:80]!r} holds a control character"
+    return None
 
 
 def names_problem(named: Sequence[tuple[str, Any]]) -> str | None:

@@ -34,6 +34,7 @@ from typing import ClassVar
 from simctl.policies.draft_methods import DraftMethod
 
 _INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
@@ -108,14 +109,26 @@ class Int(Kind):
         if not _INTEGER.fullmatch(text):
             raise ParamError("is not an integer")
         value = int(text)
-        if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
+        lo, hi = self.bounds
+        if value < lo or value > hi:
             raise ParamError("is out of range")
         return value
 
     @property
+    def bounds(self) -> tuple[int, int]:
+        """The declared bounds within a signed 64-bit integer: every value is recorded in
+        tables (run.json, sweep.parquet) whose integer columns hold no more."""
+        lo = INT64_MIN if self.lo is None else max(self.lo, INT64_MIN)
+        hi = INT64_MAX if self.hi is None else min(self.hi, INT64_MAX)
+        return lo, hi
+
+    @property
     def allowed(self) -> str:
-        bounds = _range_text(self.lo, self.hi)
-        return f"integer {bounds}" if bounds else "integer"
+        lo, hi = self.bounds
+        bounds = _range_text(None if lo == INT64_MIN else lo, None if hi == INT64_MAX else hi)
+        if self.lo is None and self.hi is None:
+            return "integer within 64 bits"
+        return f"integer {bounds}"
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,13 @@ def test_module_plugin_matches_the_builtin_it_wraps() -> None:
         (f"{EXAMPLE}:default_len=0", ["default_len='0' is out of range", "integer 1..1000000"]),
         (f"{EXAMPLE}:colour=red", ["unknown parameter colour", "default_len, prioritize"]),
         ("json:loads", ["loads is not a Policy subclass"]),
+        ("simctl.policies.registry:REGISTRY", ["a dict object is not a Policy subclass"]),
+        ("tests/plugin_pkg/odd_objects.py:RAISES", ["a _ReprRaises object is not a Policy subclass"]),
+        (
+            "tests/plugin_pkg/odd_objects.py:LOOKUP_RAISES",
+            ["a _LookupRaises object is not a Policy subclass"],
+        ),
+        ("tests/plugin_pkg/odd_objects.py:MULTI_LINE", ["a _MultiLine object is not a Policy subclass"]),
     ],
 )
 def test_plugin_errors_are_one_line_naming_the_spec(spec: str, words: list[str]) -> None:

@@ -43,6 +43,13 @@ def _us(seconds: float) -> float:
     return round(float(seconds) * US, 3)
 
 
+def _dur(start_s: float, end_s: float) -> float:
+    """A slice's length as the difference of its rounded ends: rounded apart, a slice could
+    end a nanosecond after the next one on its track starts, which Perfetto reads as badly
+    nested slices."""
+    return max(round(_us(end_s) - _us(start_s), 3), 0.0)
+
+
 def _plain(value: Any) -> Any:
     """A numpy scalar as a JSON value (NaN and missing as null)."""
     if value is None or value is pd.NA:
@@ -109,7 +116,7 @@ def _segments(
                 "cat": "busy",
                 "ph": "X",
                 "ts": _us(start + row.t0_s),
-                "dur": max(_us(row.t1_s - row.t0_s), 0.0),
+                "dur": _dur(start + row.t0_s, start + row.t1_s),
                 "pid": pid,
                 "tid": int(row.worker) + 1,
                 "args": args,
@@ -154,7 +161,7 @@ def _steps(
             "cat": "step",
             "ph": "X",
             "ts": _us(start),
-            "dur": _us(length),
+            "dur": _dur(start, start + length),
             "pid": pid,
             "tid": tid,
             "args": {"step": step},

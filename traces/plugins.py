@@ -128,13 +128,25 @@ def _load_module(dotted: str, spec: str) -> ModuleType:
         raise PolicySpecError(f"policy {quote(spec)}: importing {dotted} raised {_first_line(exc)}") from None
 
 
+def _described(obj: object) -> str:
+    """What a plug-in spec named, by its name where it has one (a class, a function), else
+    by its type: never by its repr, which may be pages long, span lines or raise."""
+    try:
+        name = getattr(obj, "__name__", None)
+    except Exception:  # (an object whose attribute lookup raises)
+        name = None
+    if isinstance(name, str) and name:
+        return name[:80] if name.isidentifier() else quote(name[:80])
+    return f"a {type(obj).__name__} object"
+
+
 def class_family(cls: object, name: str | None, where: str) -> Family[Any]:
     """The family of plug-in class `cls` (named `name`, default its policy name); `where`
     names it in errors."""
     if not (isinstance(cls, type) and issubclass(cls, Policy)):
         raise PolicySpecError(
-            f"policy {quote(where)}: {getattr(cls, '__name__', repr(cls))} is not a "
-            "Policy subclass (simctl.policies.contract.Policy)"
+            f"policy {quote(where)}: {_described(cls)} is not a Policy subclass "
+            "(simctl.policies.contract.Policy)"
         )
     params = getattr(cls, "params_type", None)
     if params is not None and not (

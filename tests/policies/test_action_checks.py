@@ -168,6 +168,8 @@ def test_the_simulator_refuses_them_in_one_line(extra: Any, words: str) -> None:
         ({"tick_iterations": "16"}, "tick_iterations '16'"),
         ({"name": 42}, "its name 42 is not a non-empty string"),
         ({"name": ""}, "its name '' is not a non-empty string"),
+        ({"name": "tab\there\x1b[31mred"}, "its name 'tab\\there\\x1b[31mred' holds a control character"),
+        ({"name": "x" * 300}, "is 300 characters long (at most 200)"),
         (
             {"draft_rules": {"ngram": 5}},
             "draft_rules {'ngram': 5} is not a mapping of method names to DraftRule",

@@ -128,6 +128,15 @@ def test_a_default_outside_its_own_declaration_is_refused_in_one_line(
     family.make("k=1")  # (given, the default is not used)
 
 
+@pytest.mark.parametrize("text", [str(2**63), str(-(2**63) - 1), "99999999999999999999"])
+def test_an_unbounded_integer_stays_within_64_bits(text: str) -> None:
+    """Tables (run.json, sweep.parquet) hold 64-bit integers: a seed beyond them ran every
+    sweep point and then failed writing the table."""
+    with pytest.raises(PolicySpecError, match=r"out of range \(allowed: integer within 64 bits"):
+        make_policy(f"seer:seed={text}")
+    assert make_policy(f"seer:seed={2**63 - 1}").params()["seed"] == 2**63 - 1
+
+
 def test_spellings_valid_before_keep_working() -> None:
     # dashes for underscores, ";" in the draft-length set, an empty value for "no method"
     assert make_policy("composite:fon-max-batch=2").params()["fon_max_batch"] == 2
@@ -153,7 +162,7 @@ def test_variant_defaults_differ_where_the_variant_says() -> None:
 def values_of(kind: Kind) -> st.SearchStrategy[Any]:
     """Values a kind allows, drawn from its declared range or choices."""
     if isinstance(kind, Int):
-        return st.integers(kind.lo, kind.hi)
+        return st.integers(*kind.bounds)
     if isinstance(kind, Float):
         return st.floats(
             kind.lo,
