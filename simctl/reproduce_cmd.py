@@ -23,7 +23,9 @@ PAGE_ENTRIES = {"index.html", "figures"}  # what the reproduction page writes in
 def check_paper(paper: str) -> str:
     name = paper.strip().lower()
     if name != "all" and name not in PAPERS:
-        raise click.ClickException(f"unknown paper {paper!r}; known: {', '.join(PAPERS)}, all")
+        # a bad argument is a usage error (exit 2), as click's own choices are
+        known = ", ".join(PAPERS)
+        raise click.BadParameter(f"unknown paper {paper!r}; known: {known}, all", param_hint="PAPER")
     return name
 
 

@@ -89,6 +89,7 @@ def test_debug_lets_the_traceback_through(monkeypatch: pytest.MonkeyPatch) -> No
         (["trace", "validate", ""], "'TRACE': an empty path", "main trace validate"),
         (["sweep", "s.toml", "--out", ""], "'--out': an empty path", "main sweep"),
         (["report", "--out", "", "r"], "'--out': an empty path", "main report"),
+        (["reproduce", "nosuch"], "PAPER: unknown paper 'nosuch'", "main reproduce"),
     ],
 )
 def test_usage_errors_are_one_line_with_click_exit_2(args: list[str], words: str, where: str) -> None:

@@ -193,3 +193,22 @@ def test_same_inputs_same_run_id(tmp_path: Path) -> None:
         assert CliRunner().invoke(main, replay_args(out, "verl", "ngram")).exit_code == 0
         ids.append(json.loads((out / RUN_JSON).read_text())["run_id"])
     assert ids[0] == ids[1]
+
+
+def test_a_run_directory_holding_anything_else_is_not_replaced(old_run: Path, tmp_path: Path) -> None:
+    """A run directory is replaced whole: a report written into it (or the user's notes)
+    went with it without a word; now the replay is refused before it runs, naming what is
+    there, and the directory is left as it was."""
+    out = copy_dir(old_run, tmp_path / "run")
+    (out / "sub").mkdir()
+    (out / "sub" / "index.html").write_text("a report")
+    before = fingerprint(out)
+    result = CliRunner().invoke(main, replay_args(out, "verl"))
+    assert result.exit_code != 0
+    assert result.output.strip().splitlines() == [
+        f"Error: {out}: a run directory that also holds 'sub': not replacing it"
+    ]
+    assert fingerprint(out) == before and (out / "sub" / "index.html").read_text() == "a report"
+    (out / "sub" / "index.html").unlink()
+    (out / "sub").rmdir()
+    assert CliRunner().invoke(main, replay_args(out, "verl")).exit_code == 0

@@ -252,3 +252,16 @@ def test_run_id_is_by_value_whatever_the_arrow_layout() -> None:
     assert len(ids) == 1
     other = pa.table({"a": pa.array([1, 2, None, 5]), "b": pa.array(["x", None, "yy", "z"])})
     assert run_id(doc, {"requests": other}) not in ids
+
+
+def test_a_single_file_output_never_replaces_a_file_of_a_run_directory(sim_run: Path) -> None:
+    """`--chrome-trace r2/run.json` (or `--json`) replaced another run's run.json; the names
+    refused are exactly the run directory's own files."""
+    from simctl.traces.outputs import RUN_DIR_FILES, OutputPathError, check_output_file
+    from simctl.traces.run_format import RUN_JSON, TABLES
+
+    assert {RUN_JSON, *(t.file for t in TABLES.values())} == RUN_DIR_FILES
+    for name in ("run.json", "timeline.parquet"):
+        with pytest.raises(OutputPathError, match="is part of the run directory"):
+            check_output_file(sim_run / name, what="--chrome-trace file", kind="json")
+    check_output_file(sim_run.parent / "elsewhere.json", what="--json file", kind="json")

@@ -77,6 +77,13 @@ def check_regular(path: Path, what: str) -> None:
         )
 
 
+#: The files of a run directory (traces/run_format.py: run.json and its tables), which
+#: a single-file output must not replace.
+RUN_DIR_FILES = frozenset(
+    {"run.json", "requests.parquet", "timeline.parquet", "roles.parquet", "iterations.parquet"}
+)
+
+
 def check_output_file(
     path: Path,
     inputs: Iterable[Path] = (),
@@ -94,6 +101,10 @@ def check_output_file(
             raise OutputPathError(f"{path}: is the input {source}; the {what} would overwrite it")
     if path.is_dir():
         raise OutputPathError(f"{path}: is a directory, expected a file for the {what}")
+    if path.name in RUN_DIR_FILES and (path.parent / "run.json").is_file():
+        raise OutputPathError(
+            f"{path}: is part of the run directory {path.parent}; the {what} would replace it"
+        )
     check_regular(path, what)
     if suffixes is not None:
         allowed = sorted(suffixes)

@@ -477,6 +477,16 @@ def check_replaceable(out: Path, keep: Sequence[str] = ()) -> None:
         raise OutputPathError(f"{out}: exists and is not a directory")
     if out.is_dir() and not (out / RUN_JSON).is_file() and any(p.name not in keep for p in out.iterdir()):
         raise OutputPathError(f"{out}: exists, is not empty and holds no run.json: not replacing it")
+    if out.is_dir() and (out / RUN_JSON).is_file():
+        # a run directory is replaced whole: anything else in it (a report written into
+        # it, the user's notes) would go with it
+        own = {RUN_JSON, *(t.file for t in TABLES.values()), *keep}
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in own)
+        if foreign:
+            raise OutputPathError(
+                f"{out}: a run directory that also holds {foreign[0]!r:.60}"
+                f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}: not replacing it"
+            )
     parent = out.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent

@@ -219,14 +219,37 @@ def _check_acceptance(trace: Trace) -> Iterator[str]:
         bad = ~((v >= 0.0) & (v <= 1.0))  # NaN fails too
         if bad.any():
             yield f"column '{name}': must be a fraction in [0, 1]: {_rows(bad, v)}"
+    yield from _check_drafted_nothing(trace)
     for name, arr in trace.lists.items():
         if not (name.startswith(ACCEPT_PREFIX) and name.endswith(BUCKET_SUFFIX)):
             continue
+        if trace.meta.accept_bucket_tokens is None:
+            yield f"column '{name}': bucket acceptance without metadata accept_bucket_tokens (its width)"
         flat = arr.values.to_numpy(zero_copy_only=False).astype(np.float64)
         bad = ~((flat >= 0.0) & (flat <= 1.0))
         if bad.any():
             row = int(np.searchsorted(arr.offsets.to_numpy(), np.flatnonzero(bad)[0], side="right") - 1)
             yield f"column '{name}': bucket acceptance must be in [0, 1]: row {row} has {flat[bad][0]!r}"
+
+
+def _check_drafted_nothing(trace: Trace) -> Iterator[str]:
+    """`accept_<m>` is the acceptance fitted to the tokens each verification yielded, the
+    iterations without a draft included (live/acceptance.py), so a row whose drafter filled
+    no slot (`draft_fill_<m>` 0) or drafted in no iteration (`draft_hit_<m>` 0) accepted
+    nothing: an acceptance above 0 there contradicts it (replayed, the drafts the trace says
+    never existed would be accepted at the price of none)."""
+    df = trace.df
+    for name in df.columns:
+        if not name.startswith((FILL_PREFIX, HIT_PREFIX)):
+            continue
+        method = name.removeprefix(FILL_PREFIX).removeprefix(HIT_PREFIX)
+        accept = f"{ACCEPT_PREFIX}{method}"
+        if accept not in df.columns:
+            continue
+        a = df[accept].to_numpy(dtype=np.float64)
+        bad = (df[name].to_numpy(dtype=np.float64) == 0.0) & (a > 0.0)
+        if bad.any():
+            yield f"column '{accept}': above 0 where '{name}' is 0 (nothing drafted): {_rows(bad, a)}"
 
 
 def _check_tokens(trace: Trace) -> Iterator[str]:

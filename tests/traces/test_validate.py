@@ -119,6 +119,34 @@ def test_acceptance_out_of_range(tmp_path: Path, bad: float) -> None:
     assert any("column 'accept_ngram'" in p and "row 3" in p for p in problems)
 
 
+@pytest.mark.parametrize("column", ["draft_hit_ngram", "draft_fill_ngram"])
+def test_acceptance_where_nothing_was_drafted_is_refused(tmp_path: Path, column: str) -> None:
+    """`accept_<m>` is fitted to what each verification yielded, iterations without a draft
+    included: a row that drafted nothing (hit or fill 0) accepted nothing. Replayed, its
+    acceptance gave speed-ups from drafts the trace says never existed."""
+    df = _good()
+    df[column] = 1.0
+    df.loc[[2, 5], column] = 0.0
+    df.loc[5, "accept_ngram"] = 0.0  # (no draft and nothing accepted: consistent)
+    problems = _problems(tmp_path, df)
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        f"column 'accept_ngram': above 0 where '{column}' is 0 (nothing drafted): row 2 = 0.5"
+    ]
+
+
+def test_bucket_acceptance_needs_its_width(tmp_path: Path) -> None:
+    df = _good()
+    buckets = pa.array([[0.5, 0.4]] * len(df), type=pa.list_(pa.float32()))
+    problems = _problems(tmp_path, df, lists={"accept_ngram_buckets": buckets})
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        "column 'accept_ngram_buckets': bucket acceptance without metadata accept_bucket_tokens (its width)"
+    ]
+    path = _write(
+        tmp_path, df, {"accept_ngram_buckets": buckets}, TraceMeta(group_size=4, accept_bucket_tokens=16)
+    )
+    assert validate_file(path) == []
+
+
 def test_token_list_length_mismatch(tmp_path: Path) -> None:
     df = _good()
     lens = df["response_len"].to_numpy().copy()
