@@ -406,53 +406,21 @@ def test_chat_template_options_refuse_bad_input(
         tmp_path, "verl", dump, extra=("--tokenizer", str(tokenizer_dir), "--chat-template-kwarg", "a=1")
     )
     assert "no chat template" in line
+    out = tmp_path / "bad.parquet"
+
+    def verl_import(*extra: str) -> Any:
+        return run("trace", "import", "verl", str(dump), "-o", str(out), "--model", MODEL, *base, *extra)
+
     for bad, said in (("enable_thinking", "KEY=VALUE"), ("=1", "KEY=VALUE"), ("tokenize=true", "importer")):
-        out = tmp_path / "bad.parquet"
-        res = run(
-            "trace",
-            "import",
-            "verl",
-            str(dump),
-            "-o",
-            str(out),
-            "--model",
-            MODEL,
-            *base,
-            "--chat-template-kwarg",
-            bad,
-        )
+        res = verl_import("--chat-template-kwarg", bad)
         assert res.exit_code == 2 and said in res.output and not out.exists()
-    res = run(
-        "trace",
-        "import",
-        "verl",
-        str(dump),
-        "-o",
-        str(tmp_path / "t.parquet"),
-        "--model",
-        MODEL,
-        *base,
-        "--chat-template-kwarg",
-        "x=1",
-        "--chat-template-kwarg",
-        "x=2",
-    )
-    assert res.exit_code == 2 and "given twice" in res.output
+    res = verl_import("--chat-template-kwarg", "x=1", "--chat-template-kwarg", "x=2")
+    assert res.exit_code == 2 and "given twice" in res.output and not out.exists()
     slime = write_slime(tmp_path / "s")
     res = run(
-        "trace",
-        "import",
-        "slime",
-        str(slime),
-        "-o",
-        str(tmp_path / "s.parquet"),
-        "--model",
-        MODEL,
-        "--max-tokens",
-        "16",
-        "--chat-template",
-        str(broken),
-    )
+        "trace", "import", "slime", str(slime), "-o", str(tmp_path / "s.parquet"), "--model", MODEL,
+        "--max-tokens", "16", "--chat-template", str(broken),
+    )  # fmt: skip
     assert res.exit_code == 0 and "--chat-template not used" in res.output
 
 
