@@ -140,7 +140,7 @@ def test_summary_is_the_t_interval() -> None:
 
 def test_unknown_paper_is_one_line_listing_the_papers() -> None:
     res = CliRunner().invoke(main, ["reproduce", "nosuchpaper"])
-    assert res.exit_code == 1
+    assert res.exit_code == 2  # a usage error, as click's own choices are
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and "nosuchpaper" in lines[0]
     assert all(p in lines[0] for p in PAPERS) and "all" in lines[0]
