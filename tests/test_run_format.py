@@ -265,3 +265,8 @@ def test_a_single_file_output_never_replaces_a_file_of_a_run_directory(sim_run: 
         with pytest.raises(OutputPathError, match="is part of the run directory"):
             check_output_file(sim_run / name, what="--chrome-trace file", kind="json")
     check_output_file(sim_run.parent / "elsewhere.json", what="--json file", kind="json")
+    # a --json file named run.json in a plain folder is replaced as before
+    plain = sim_run.parent / "plain"
+    plain.mkdir(exist_ok=True)
+    (plain / "run.json").write_text("{}")
+    check_output_file(plain / "run.json", what="--json file", kind="json")
