@@ -45,6 +45,7 @@ from simctl.reports.page import PageInput, render
 from simctl.reports.style import RC
 from simctl.reports.tables import Table, headline_table, per_step_table
 from simctl.traces.atomic import exchange, remove_stale_temporaries, temp_sibling
+from simctl.traces.run_format import RUN_JSON, TABLES
 
 # Entries of DIR that a report owns; anything else in DIR must be an input run.
 REPORT_ENTRIES = frozenset({"index.html", "figures", "tables", "report.json"})
@@ -96,19 +97,38 @@ def check_report_dir(out_dir: Path, run_dirs: list[Path]) -> None:
     The exception is an input run living inside DIR (`simctl replay --report DIR` writes
     its run to DIR/run); it is carried over into the new report directory.
     """
+    runs = {p.resolve() for p in run_dirs}
+    _check_not_in_run(out_dir, runs)
     if not out_dir.exists():
         return
     if not out_dir.is_dir():
         raise ReportError(f"{out_dir}: exists and is not a directory")
-    runs = {p.resolve() for p in run_dirs}
-    if out_dir.resolve() in runs:
-        raise ReportError(f"{out_dir}: is an input run directory; choose another output directory")
     foreign = [e.name for e in out_dir.iterdir() if e.name not in REPORT_ENTRIES and e.resolve() not in runs]
     if foreign:
         shown = ", ".join(sorted(foreign)[:5])
         raise ReportError(
             f"{out_dir}: exists and holds files a report did not write ({shown}); refusing to replace it"
         )
+
+
+def _check_not_in_run(out_dir: Path, runs: set[Path]) -> None:
+    """Refuse DIR at or inside an input run directory, or inside any run directory (one
+    holding run.json): `simctl replay --out RUN` replaces RUN whole, so a report written
+    into it would be lost with the old run, and the report would hide inside its input."""
+    target = out_dir.resolve()
+    for run in sorted(runs):
+        if target == run:
+            raise ReportError(f"{out_dir}: is an input run directory; choose another output directory")
+        if run in target.parents:
+            raise ReportError(
+                f"{out_dir}: is inside the input run directory {run}; choose another output directory"
+            )
+    for above in target.parents:
+        # (run.json beside its tables: a --json file named run.json makes no run directory)
+        if (above / RUN_JSON).is_file() and (above / TABLES["requests"].file).is_file():
+            raise ReportError(
+                f"{out_dir}: is inside the run directory {above}; choose another output directory"
+            )
 
 
 def _swap_in(tmp: Path, out_dir: Path) -> None:

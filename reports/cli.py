@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from simctl.reports.errors import ReportError
+from simctl.reports.errors import ReportError, terminal_text
 from simctl.traces.cli_options import PathArg
 
 
@@ -43,5 +43,5 @@ def report_cmd(
     try:
         index = build_report(list(runs), out_dir, baseline=baseline, step=step, workers=workers)
     except ReportError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal_text(str(exc))) from None
     click.echo(f"report: {index}")

@@ -7,6 +7,7 @@ slice once per run and sharing it keeps a large study inside the time budget.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,8 +116,19 @@ class Context:
         return int(seen["worker"].max()) + 1 if seen is not None and len(seen) else 0
 
 
+SLUG_CHARS = 40
+
+
 def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+    """A file-name part for `text` (a policy label): lower-case ASCII words joined by '-',
+    at most SLUG_CHARS + 9 characters. A longer one is cut and given a short hash of the
+    whole text, so a 300-character policy name still makes a valid file name (the limit is
+    255 bytes) and two long names that share a prefix still get different files."""
+    out = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+    if len(out) <= SLUG_CHARS:
+        return out
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{out[:SLUG_CHARS].rstrip('-')}-{digest}"
 
 
 def sum_on_grid(t0: np.ndarray, t1: np.ndarray, value: np.ndarray, grid: np.ndarray) -> np.ndarray:

@@ -12,6 +12,15 @@ import sys
 from dataclasses import dataclass, field
 
 
+def terminal_text(text: str) -> str:
+    """`text` with every non-printable character written as its Python escape (\\t,
+    \\x1b, ...): a policy name is a plug-in's string, and a tab, newline or ANSI escape
+    in it must neither break the one-line message nor act on the user's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class ReportError(ValueError):
     """A fatal input problem; the message is one line, fit for a CLI error."""
 
@@ -35,6 +44,6 @@ class Notes:
         """One stderr line per item so scripts and humans both see the gaps."""
         stream = stream or sys.stderr
         for w in self.warnings:
-            print(f"warning: {w}", file=stream)
+            print(f"warning: {terminal_text(w)}", file=stream)
         for what, why in self.left_out:
-            print(f"warning: left out {what}: {why}", file=stream)
+            print(f"warning: left out {terminal_text(what)}: {terminal_text(why)}", file=stream)

@@ -24,8 +24,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simctl.reports.errors import Notes, ReportError
+from simctl.reports.run_check import check_policies
 from simctl.traces.run_format import (
     FORMAT_VERSION,
+    RUN_JSON,
     RUN_TABLES,
     MissingTableError,
     RunFormatError,
@@ -143,13 +145,16 @@ class Series:
 
     @property
     def mean_rollout_makespan_s(self) -> float:
-        v = self.summary.get("mean_rollout_makespan_s")
-        return float(v) if isinstance(v, int | float) else self.mean("rollout_makespan_s")
+        """The mean over the steps shown, recomputed rather than read from run.json's
+        `mean_rollout_makespan_s`: the simplest way to keep the headline and the per-step
+        table of one page in agreement whatever was edited in the file (a writer computes
+        the stored mean from the same steps, so the two agree for an unedited run)."""
+        return self.mean("rollout_makespan_s")
 
     @property
     def mean_step_time_s(self) -> float:
-        v = self.summary.get("mean_step_time_s")
-        return float(v) if isinstance(v, int | float) else self.mean("step_time_s")
+        """Recomputed from the steps, as mean_rollout_makespan_s."""
+        return self.mean("step_time_s")
 
     def makespan(self, step: int) -> float:
         try:
@@ -196,23 +201,15 @@ def _check_table(run: Run, kind: str, notes: Notes) -> None:
 
 
 def _steps_frame(steps: Any) -> pd.DataFrame | None:
+    """The per-step metrics of one policy, indexed by step (run_check.py has checked
+    them: numbers, distinct steps); None when the policy recorded no step."""
     if not isinstance(steps, list) or not steps:
         return None
-    rows = [
-        s
-        for s in steps
-        if isinstance(s, dict)
-        and isinstance(s.get("step"), int)
-        and not isinstance(s.get("step"), bool)
-        and "rollout_makespan_s" in s
-    ]
-    if not rows:
-        return None
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame([{k: s.get(k) for k in ("step", *STEP_METRICS)} for s in steps])
     for m in STEP_METRICS:
-        df[m] = pd.to_numeric(df[m], errors="coerce") if m in df else np.nan
-    df["step"] = df["step"].astype(int)
-    return df.drop_duplicates("step").set_index("step").sort_index()[list(STEP_METRICS)]
+        df[m] = pd.to_numeric(df[m], errors="coerce").astype(float)
+    df["step"] = df["step"].astype(np.int64)
+    return df.set_index("step").sort_index()[list(STEP_METRICS)]
 
 
 def _labels(series: list[tuple[Run, str]]) -> list[str]:
@@ -251,6 +248,7 @@ def load_study(run_dirs: list[Path], notes: Notes) -> Study:
     for path, name in zip(paths, _run_names(paths), strict=True):
         try:
             read = read_run_doc(path)
+            check_policies(path / RUN_JSON, read.doc["policies"])
         except RunFormatError as exc:
             problems.append(str(exc))
             notes.leave_out(f"run {path}", str(exc))

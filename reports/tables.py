@@ -179,6 +179,42 @@ def baseline_for(study: Study, baseline: str) -> dict[str, Series | None]:
     return out
 
 
+def _steps_text(steps: list[int]) -> str:
+    if not steps:
+        return "none"
+    if steps == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}..{steps[-1]}"
+    return ",".join(map(str, steps[:8])) + (",…" if len(steps) > 8 else "")
+
+
+def warn_cross_run_baseline(base: dict[str, Series | None], study: Study, notes: Notes) -> None:
+    """Warn where a run's speedups divide by the baseline of another run whose cluster or
+    step set differs: a 2-step mean on 8 GPUs over a 1-step mean on 16 GPUs is no like-for-
+    like speedup, and the page would not otherwise say which run the baseline came from.
+    The speedups stay (comparing a live run with a simulated baseline is intended, as is
+    comparing clusters on purpose); the warning, echoed on stderr and shown at the top of
+    the page, names both runs and what differs, in the style of the different-traces one."""
+    done: set[tuple[int, int]] = set()
+    for s in study.series:
+        b = base[s.label]
+        if b is None or b.run is s.run or (id(s.run), id(b.run)) in done:
+            continue
+        done.add((id(s.run), id(b.run)))
+        diffs = []
+        mine, theirs = str(s.run.doc.get("cluster", "?")), str(b.run.doc.get("cluster", "?"))
+        if mine != theirs:
+            diffs.append(f"cluster {mine} vs {theirs}")
+        mine_steps = sorted({int(x) for se in study.series if se.run is s.run for x in se.steps.index})
+        base_steps = [int(x) for x in b.steps.index]
+        if mine_steps != base_steps:
+            diffs.append(f"steps {_steps_text(mine_steps)} vs {_steps_text(base_steps)}")
+        if diffs:
+            notes.warn(
+                f"run {s.run.name} has no {b.policy}: its speedups divide by {b.label} of run {b.run.name} "
+                f"({'; '.join(diffs)}); those speedups are not like-for-like"
+            )
+
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b and math.isfinite(a) and math.isfinite(b) and b > 0 else float("nan")
 
@@ -188,6 +224,7 @@ def headline_table(study: Study, baseline: str, notes: Notes) -> Table:
     if all(b is None for b in base.values()):
         have = ", ".join(sorted({s.policy for s in study.series}))
         notes.leave_out("speedup columns", f"baseline policy '{baseline}' is not in the runs (have: {have})")
+    warn_cross_run_baseline(base, study, notes)
     rows = []
     for s in study.series:
         b = base[s.label]
