@@ -17,8 +17,9 @@ A checkpoint is written once `every_s` seconds have passed since the point start
 last wrote one (points shorter than that never write one), and removed once the point's
 run directory is written.
 
-A checkpoint is used only where its header names this very point (with its trace file's
-size and modification time: simctl.sweep_runner.checkpoint_key) and the same simulator,
+A checkpoint is used only where its header names this very point (with the SHA-256 of
+its input files' contents, as its run.json will: simctl.sweep_runner.checkpoint_key) and
+the same simulator,
 policy and trace code (a hash of their sources), and only for registered policies: a
 plug-in's code is the user's and may change between the kill and the rerun. Anything else
 (another point, changed code, a torn or unreadable file) discards it and the point starts

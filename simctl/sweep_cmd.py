@@ -9,13 +9,16 @@ rerun resumes; then `DIR/sweep.parquet` (simctl/sweep_table.py) and `DIR/report/
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
+from simctl.api import MAX_WORKERS
 from simctl.sweep_checkpoint import CHECKPOINT_S
 from simctl.sweep_runner import (
     POINTS,
@@ -91,7 +94,7 @@ def choose_backend(no_ray: bool, workers: int | None, ray_address: str | None) -
 @click.option("--ray-address", help="Join this Ray cluster (e.g. auto, or HOST:PORT) instead of a local one.")
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_WORKERS),
     help="Points run at once [default: this machine's cores; with --ray-address, the cluster's CPUs].",
 )
 @click.option("--no-ray", is_flag=True, help="Run on a local process pool instead of Ray.")
@@ -138,10 +141,17 @@ def sweep_cmd(
     if workers is None and not ray_address:
         workers = default_workers()
     command = shlex.join(["simctl", *sys.argv[1:]])
-    with _progress(len(spec.points)) as progress:
-        result: SweepResult = run_sweep(
-            spec, out, workers, use_ray, ray_address, progress, command, checkpoint_s
-        )
+    try:
+        with _progress(len(spec.points)) as progress:
+            result: SweepResult = run_sweep(
+                spec, out, workers, use_ray, ray_address, progress, command, checkpoint_s
+            )
+    except KeyboardInterrupt:
+        _interrupted(out, signal.SIGINT)
+    except SystemExit as exc:
+        if exc.code != 128 + signal.SIGTERM:
+            raise
+        _interrupted(out, signal.SIGTERM)
     click.echo(
         f"{result.total} points: {result.ran} run ({result.backend}), {result.skipped} already complete"
     )
@@ -154,6 +164,17 @@ def sweep_cmd(
             f"note: {out / POINTS} keeps {others} point(s) of another spec, left out of this table "
             "and report (a rerun of that spec tables them again)"
         )
+
+
+def _interrupted(out: Path, sig: signal.Signals) -> NoReturn:
+    """A sweep stopped by Ctrl-C or SIGTERM (run_sweep stopped its points): one line on how
+    to go on, and the shell's status for that signal (130, 143). Further signals are
+    ignored from here: the command is ending, and a second Ctrl-C must not show a traceback."""
+    for other in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(other, signal.SIG_IGN)
+    where = f"{out} keeps the complete points" if out.is_dir() else "nothing was kept"
+    click.echo(f"Error: sweep interrupted ({sig.name}): {where}; rerun the same command to resume", err=True)
+    raise click.exceptions.Exit(128 + sig)
 
 
 def _dry_run(spec_path: Path, out: Path | None, workers: int | None, plugins: tuple[str, ...]) -> None:

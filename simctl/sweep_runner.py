@@ -5,7 +5,11 @@ string, steps, seed, output path) and runs `run_point` from this installed modul
 code from the spec ever travels. Each point writes its own run directory
 `DIR/points/<point-id>/` through `write_run_dir` (all or nothing); its run.json records
 the point (`Point.record()`), and a rerun skips every point whose directory already holds
-that record. A point still running keeps a checkpoint between its steps (simctl.
+that record, whole, its tables stamped with its run.json's run id (`is_complete`). The
+record holds the SHA-256 of the contents of every file the point reads (its trace, a
+cluster TOML, a `--plugin` source file; computed once per file per sweep), so a point
+whose input changed since it ran is incomplete and runs again rather than being tabled
+beside points computed from the new input. A point still running keeps a checkpoint between its steps (simctl.
 sweep_checkpoint), from which a rerun goes on rather than from its first step. The table
 and the report are then built from the run directories alone, so a resumed sweep gives the
 same table as an uninterrupted one.
@@ -38,6 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -61,7 +66,7 @@ from simctl.sweep_transfer import (
 from simctl.traces.atomic import remove_stale_temporaries
 from simctl.traces.outputs import OutputPathError, check_output_dir
 from simctl.traces.plugins import plugin_file
-from simctl.traces.run_format import RUN_JSON, RUN_TABLES, TABLES, RunDoc
+from simctl.traces.run_format import RUN_ID_KEY, RUN_JSON, RUN_TABLES, TABLES, RunDoc
 
 if TYPE_CHECKING:
     from simctl.sim.replay import ReplaySetup
@@ -274,14 +279,11 @@ def _run_point(task: PointTask, scratch: Path) -> RunFiles | None:
 
 
 def checkpoint_key(task: PointTask) -> dict[str, Any]:
-    """What a point's checkpoint must have been taken for: the point, and its trace file as
-    it is now (its SHA-256 where the driver sent it, else size and modification time: a
-    trace rewritten between the kill and the rerun starts the point over)."""
-    digest = task.get("trace_digest")
-    if digest is not None:
-        return {**task["point"], "trace_file": digest}
-    stat = os.stat(task["trace_path"])
-    return {**task["point"], "trace_file": [stat.st_size, stat.st_mtime_ns]}
+    """What a point's checkpoint must have been taken for: the point as its run.json
+    records it, which holds the SHA-256 of its input files' contents (`Point.inputs`): a
+    trace, cluster TOML or model config rewritten between the kill and the rerun starts the
+    point over, as it makes a complete point incomplete."""
+    return dict(task["point"])
 
 
 def point_dir(out: Path, point: Point) -> Path:
@@ -301,13 +303,17 @@ def complete_doc(path: Path, point: Point) -> dict[str, Any] | None:
         return None
     if not (isinstance(doc, dict) and doc.get(POINT_KEY) == json.loads(json.dumps(point.record()))):
         return None
-    return doc if _tables_whole(path) else None
+    return doc if _tables_whole(path, doc.get("run_id")) else None
 
 
-def _tables_whole(path: Path) -> bool:
-    """The run's tables are there and each has Parquet's magic bytes at both ends: a run
-    directory is written whole and renamed into place, so a table cut short or missing was
-    damaged since, and the point is run again rather than counted complete."""
+def _tables_whole(path: Path, run_id: object) -> bool:
+    """The run's tables are there, each has Parquet's magic bytes at both ends and carries
+    the run id of the run.json beside it: a run directory is written whole and renamed into
+    place, so a table cut short, missing or copied from another run was changed since, and
+    the point is run again rather than counted complete (or refused by `simctl report`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     for name in RUN_TABLES:
         try:
             with (path / TABLES[name].file).open("rb") as f:
@@ -315,7 +321,10 @@ def _tables_whole(path: Path) -> bool:
                 f.seek(-4, os.SEEK_END)
                 if head != PARQUET_MAGIC or f.read(4) != PARQUET_MAGIC:
                     return False
-        except OSError:  # (missing, or shorter than 4 bytes: the seek fails)
+            metadata = pq.read_schema(path / TABLES[name].file).metadata or {}
+        except (OSError, pa.ArrowException):  # (missing, shorter than 4 bytes, unreadable)
+            return False
+        if not isinstance(run_id, str) or metadata.get(RUN_ID_KEY, b"").decode(errors="replace") != run_id:
             return False
     return True
 
@@ -408,22 +417,61 @@ def _die_with_parent() -> None:
 
 
 def run_pool(tasks: Sequence[PointTask], workers: int, done: Done) -> None:
-    """Every task on a local process pool of `workers` processes."""
+    """Every task on a local process pool of `workers` processes. Whatever ends it early (a
+    Ctrl-C, a SIGTERM, a point's result that cannot be handled) stops the pool's processes
+    at once (`_stop_pool`) rather than letting them run the queued points; a worker that
+    dies (a kill, the out-of-memory killer) is a SweepError naming the points it may have
+    been running."""
     pool = ProcessPoolExecutor(
         max_workers=max(1, min(workers, len(tasks))),
         mp_context=get_context("spawn"),
         initializer=_die_with_parent,
     )
+    ended: set[str] = set()
     try:
         pending: set[Future[PointResult]] = {pool.submit(run_point, t) for t in tasks}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
-                done(fut.result())
+                result = fut.result()
+                ended.add(result["point_id"])
+                done(result)
+    except BrokenProcessPool:
+        _stop_pool(pool)
+        # (the points that had started: their progress files are there, and not yet removed)
+        started = [
+            t["point_id"] for t in tasks if t["point_id"] not in ended and step_file(Path(t["out"])).exists()
+        ]
+        named = f"point {started[0]}" if len(started) == 1 else f"points {', '.join(started)}"
+        running = f"while running {named}" if started else "before running a point"
+        raise SweepError(
+            f"a worker process of the pool died (killed, e.g. out of memory) {running}; "
+            "the complete points are kept: rerun to resume"
+        ) from None
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        _stop_pool(pool)
         raise
     pool.shutdown(wait=True)
+
+
+def _stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
+    """End a pool now: its queued points cancelled and its worker processes terminated
+    (SIGTERM, then SIGKILL after `grace_s`): a point's checkpoint lets a rerun go on. Left
+    to `shutdown`, the pool would run every point already handed to it, and then block the
+    interpreter's exit until they end."""
+    processes = list(pool._processes.values()) if pool._processes else []
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        with suppress(Exception):
+            proc.terminate()
+    for proc in processes:
+        with suppress(Exception):
+            proc.join(grace_s)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(grace_s)
+    with suppress(Exception):
+        pool.shutdown(wait=True)  # (its manager thread, which notices the workers gone)
 
 
 def run_ray(tasks: Sequence[PointTask], workers: int | None, done: Done) -> None:
@@ -705,11 +753,38 @@ def run_sweep(
     running point replayed (and once before), work being the points' estimated cost
     (simctl.sweep_order.point_work), of which a running point has done its replayed steps'
     share by requests. A running point checkpoints every `checkpoint_s` seconds (None:
-    never), and a rerun goes on from its checkpoint."""
-    from simctl.traces.run_format import write_json
+    never), and a rerun goes on from its checkpoint.
 
+    A Ctrl-C (KeyboardInterrupt) or SIGTERM stops the running points at once and is raised
+    again once they are stopped and their progress files removed; a second one meanwhile
+    is ignored (`_one_signal`), so the stop is neither cut short nor shown as a traceback.
+    A sweep that fails before any point left anything in a sweep directory it created
+    removes that directory: the user finds the folder as it was."""
     out = Path(out)
     check_sweep_dir(out, spec.path)
+    created = _first_missing(out)
+    with _one_signal():
+        try:
+            return _run_sweep(spec, out, workers, use_ray, ray_address, progress, command, checkpoint_s)
+        except BaseException:
+            if created is not None and _holds_nothing(out / POINTS):
+                shutil.rmtree(created, ignore_errors=True)
+            raise
+
+
+def _run_sweep(
+    spec: SweepSpec,
+    out: Path,
+    workers: int | None,
+    use_ray: bool,
+    ray_address: str | None,
+    progress: Progress | None,
+    command: str,
+    checkpoint_s: float | None,
+) -> SweepResult:
+    """`run_sweep` in a sweep directory `out` that is checked."""
+    from simctl.traces.run_format import write_json
+
     (out / POINTS).mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex  # (a node sees DIR if its sweep.json holds it: simctl.sweep_transfer)
     manifest: dict[str, Any] = {"format": "simctl-sweep/1", "spec": str(spec.path)}
@@ -731,12 +806,18 @@ def run_sweep(
     )
     t0 = time.perf_counter()
     backend = "ray" if use_ray else "process pool"
-    with tally.watching(POLL_S if tasks and progress else None):
-        if tasks and use_ray:
-            with local_ray(workers, ray_address) as joined:
-                run_ray(send_inputs(tasks, token) if joined else tasks, workers, receiving(out, tally.done))
-        elif tasks:
-            run_pool(tasks, workers or default_workers(), tally.done)
+    try:
+        with tally.watching(POLL_S if tasks and progress else None):
+            if tasks and use_ray:
+                with local_ray(workers, ray_address) as joined:
+                    run_ray(
+                        send_inputs(tasks, token) if joined else tasks, workers, receiving(out, tally.done)
+                    )
+            elif tasks:
+                run_pool(tasks, workers or default_workers(), tally.done)
+    except BaseException:
+        _remove_progress(tasks)
+        raise
     failed = [cast(PointResult, r) for r in tally.failed]
     if failed:
         order = {p.point_id: i for i, p in enumerate(spec.points)}
@@ -749,6 +830,72 @@ def run_sweep(
         write_json(out / MANIFEST, {**manifest, "run_token": token})
     skipped = len(spec.points) - len(tasks)
     return SweepResult(len(spec.points), len(tasks), skipped, backend, time.perf_counter() - t0)
+
+
+def _remove_progress(tasks: Sequence[PointTask]) -> None:
+    """After a sweep stopped early, its workers gone: the points' progress files, and the
+    temporaries of the run directories that were being written (their writers killed)."""
+    for task in tasks:
+        run_dir = Path(task["out"])
+        if step_file(run_dir).exists():  # (a point that had started)
+            step_file(run_dir).unlink(missing_ok=True)
+            with suppress(OSError):
+                remove_stale_temporaries(run_dir)
+
+
+def _holds_nothing(folder: Path) -> bool:
+    """`folder` is empty or missing (no point, checkpoint or temporary in it)."""
+    try:
+        return not any(folder.iterdir())
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def _first_missing(out: Path) -> Path | None:
+    """The outermost folder of `out` (itself included) that does not exist yet: what a
+    sweep creates there, and removes again where it fails before any point."""
+    missing = None
+    for folder in (out.absolute(), *out.absolute().parents):
+        if os.path.lexists(folder):
+            break
+        missing = folder
+    return missing
+
+
+@contextmanager
+def _one_signal() -> Iterator[None]:
+    """While inside, the first SIGINT or SIGTERM acts as before (KeyboardInterrupt; the
+    command's SystemExit(143), or that exit where nothing handled SIGTERM) and any further
+    one is ignored: a second Ctrl-C used to interrupt the pool's shutdown with a traceback
+    and leave the sweep hanging. Signals this process ignores stay ignored; a thread other
+    than the main one changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+
+    def first(signum: int, frame: Any) -> None:
+        for sig in signals:
+            if previous[sig] != signal.SIG_IGN:
+                signal.signal(sig, signal.SIG_IGN)
+        handler = previous.get(signal.Signals(signum))
+        if callable(handler):
+            handler(signum, frame)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    for sig in signals:
+        if previous[sig] != signal.SIG_IGN:
+            signal.signal(sig, first)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def other_points(spec: SweepSpec, out: Path) -> int:

@@ -36,7 +36,10 @@ a pair that none fits, or two, is an error. Like a model config, a profile is re
 and travels with each task as data.
 
 Everything is checked before anything runs (`load_spec`): each problem is one
-`SweepSpecError` line naming the file, the key and the value.
+`SweepSpecError` line naming the file, the key and the value. A parameter's values are
+recorded typed, as run.json's `params` record them (`"4"` for an integer is 4), and a swept
+integer must fit 64 bits (a table column). Each point records the fingerprints of its
+input files' contents (`Point.inputs`): a rerun after one changed runs the point again.
 
 Policies are built-in names or installed entry points (`traces/plugins.py`). The spec is
 data and never names code: a plug-in class from a module or a file is named on the
@@ -47,6 +50,7 @@ policy name; its tasks receive the loadable spec string (the file's absolute pat
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import itertools
 import json
 import re
@@ -72,6 +76,7 @@ from simctl.sim.engine_config import EngineConfig
 from simctl.sim.model_spec import ModelSpec
 from simctl.sim.models import model_from_record, model_of_trace, model_record
 from simctl.sim.replay import profile_gap, trace_draft_methods
+from simctl.sweep_transfer import file_digest
 from simctl.traces.cli_options import MAX_NUM_SEQS_LIMIT, MAX_SEED
 from simctl.traces.io import Trace, TraceError
 from simctl.traces.paths import user_path
@@ -90,6 +95,8 @@ STEPS_TEXT = r"[0-9]{0,18}:[0-9]{0,18}|[0-9]{1,18}"  # N or A:B (a step fits 63 
 ZIP = "zip"
 #: A sweep larger than this is refused up front (a typo in a grid, not a design space).
 MAX_POINTS = 100_000
+#: An integer parameter must fit a table column (Parquet's int64) to be swept.
+INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
 class SweepSpecError(ValueError):
@@ -117,10 +124,23 @@ class Point:
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the engine's batch limit per worker
     profile: str = ""  # the measured cost profile as written in the spec ("": the roofline)
     profile_doc: Any = None  # its parsed JSON, sent to the task (None: the roofline)
+    # fingerprints of the contents of the files the point reads (`input_fingerprints`)
+    inputs: tuple[tuple[str, str], ...] = ()
 
     def record(self) -> dict[str, Any]:
-        """What the point's run.json records and a rerun compares (no machine paths). A
-        point on the trace's own model records no model, and one at the default batch
+        """What the point's run.json records and a rerun compares (no machine paths): what
+        the point is (`identity`) and the fingerprints of its input files' contents
+        (`inputs`), so that a point whose trace, cluster TOML, plug-in file, model config
+        or profile changed since it ran is no longer complete and runs again, rather than
+        being tabled beside points computed from the new inputs."""
+        out = self.identity()
+        if self.inputs:
+            out["inputs"] = dict(self.inputs)
+        return out
+
+    def identity(self) -> dict[str, Any]:
+        """The point as the spec names it, its parameters typed as run.json records them.
+        A point on the trace's own model records no model, and one at the default batch
         limit no limit: its id is what it was before sweeps had those axes, so their
         directories resume."""
         out = {
@@ -142,8 +162,10 @@ class Point:
 
     @property
     def point_id(self) -> str:
-        """Stable across runs and machines: the policy's name and a hash of the record."""
-        text = json.dumps(self.record(), sort_keys=True)
+        """Stable across runs and machines: the policy's name and a hash of its identity
+        (not of its inputs' contents: a point whose trace changed keeps its directory,
+        which its rerun replaces)."""
+        text = json.dumps(self.identity(), sort_keys=True)
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         return f"{re.sub(r'[^A-Za-z0-9_-]+', '_', self.policy)}-{digest}"
 
@@ -319,6 +341,37 @@ class _Checker:
 
     path: Path
     plugins: dict[str, tuple[Family[Any], str]] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)  # file -> SHA-256, once per sweep
+
+    def digest(self, path: Path, key: str) -> str:
+        """SHA-256 of a file's contents, read (streamed) once per file per spec load."""
+        name = str(path)
+        if name not in self.digests:
+            try:
+                self.digests[name] = file_digest(path)
+            except OSError as exc:
+                raise self.fail(key, f"cannot read {path} ({exc.strerror or exc})") from None
+        return self.digests[name]
+
+    def inputs(
+        self, combo: dict[str, Any], family: Family[Any], models: Mapping[str, Any], profile: Any
+    ) -> tuple[tuple[str, str], ...]:
+        """Fingerprints of what a point reads: its trace file, its cluster TOML (a file),
+        its plug-in's source file, its model's config and its profile."""
+        trace = combo["traces"]
+        out = [("trace", self.digest(self.resolve(trace), f"sweep.traces = {trace!r}"))]
+        cluster = combo["clusters"]
+        if cluster.endswith(".toml"):
+            out.append(("cluster", self.digest(self.resolve(cluster), f"sweep.clusters = {cluster!r}")))
+        if family.name in self.plugins:
+            source = plugin_source(self.plugins[family.name][1])
+            if source is not None:
+                out.append(("plugin", self.digest(source, f"--plugin {self.plugins[family.name][1]!r}")))
+        if combo["models"] and models[combo["models"]][1] is not None:
+            out.append(("model", data_digest(models[combo["models"]][1])))
+        if profile is not None:
+            out.append(("profile", data_digest(profile.doc)))
+        return tuple(out)
 
     def fail(self, key: str, problem: str) -> SweepSpecError:
         return SweepSpecError(f"{self.path}: {key}: {problem}" if key else f"{self.path}: {problem}")
@@ -539,15 +592,17 @@ class _Checker:
         return out
 
     def family(self, name: str) -> Family[Any]:
-        """A built-in, installed or --plugin policy; never code named by the spec."""
+        """A built-in, installed or --plugin policy; never code named by the spec (a
+        --plugin policy is found by its name first: its name may hold a ':')."""
+        if name in self.plugins:
+            return self.plugins[name][0]
         if is_plugin_spec(name):
             raise self.fail(
                 f"policies.{name}",
-                "a sweep spec names policies, never code: pass --plugin on the command line "
-                "and list the policy by its name",
+                f"no policy has this name (known: {', '.join(sorted({*known_names(), *self.plugins}))}), "
+                "and a sweep spec names policies, never code: pass the class with --plugin on "
+                "the command line and list its policy by its name",
             )
-        if name in self.plugins:
-            return self.plugins[name][0]
         try:
             return policy_family(name)
         except PolicySpecError as exc:
@@ -566,10 +621,14 @@ class _Checker:
             if key.replace("-", "_") not in declared:
                 known = ", ".join(declared) or "none"
                 raise self.fail(f"{where}.{key}", f"unknown parameter (known: {known})")
+            name = key.replace("-", "_")
+            if name in values:
+                spelled = next(k for k in table if k != key and k.replace("-", "_") == name)
+                raise self.fail(f"{where}.{key}", f"{name} given twice (as {spelled!r} and {key!r})")
             items = self.listed(value, f"{where}.{key}")
             for item in items:
-                self.param_value(family, key.replace("-", "_"), item)
-            values[key.replace("-", "_")] = items
+                self.param_value(family, name, item)
+            values[name] = items
         groups = self.zips(table.get(ZIP, []), f"{where}.zip", values)
         combos = list(grid(values, groups))
         for combo in combos:
@@ -585,9 +644,13 @@ class _Checker:
         if isinstance(value, dict | list):
             raise self.fail(where, f"expected a single value (allowed: {kind.allowed})")
         try:
-            kind.parse(_text(value))
+            parsed = kind.parse(_text(value))
         except ParamError as exc:
             raise self.fail(where, f"{exc} (allowed: {kind.allowed})") from None
+        lo, hi = INT64_RANGE
+        for number in parsed if isinstance(parsed, tuple) else (parsed,):
+            if isinstance(number, int) and not isinstance(number, bool) and not lo <= number <= hi:
+                raise self.fail(where, f"out of range: a swept integer must fit 64 bits ({lo}..{hi})")
 
     def point(
         self,
@@ -618,7 +681,9 @@ class _Checker:
             cluster=combo["clusters"],
             cluster_arg=self.cluster_text(combo["clusters"]),
             policy=family.name,
-            params=tuple((d.name, params[d.name]) for d in family.declared() if d.name in params),
+            params=tuple(
+                (d.name, typed_value(d.kind, params[d.name])) for d in family.declared() if d.name in params
+            ),
             policy_spec=spec,
             seed=combo["seeds"],
             task_spec=task_spec,
@@ -628,7 +693,27 @@ class _Checker:
             max_num_seqs=combo["max_num_seqs"],
             profile=profile.label if profile else "",
             profile_doc=profile.doc if profile else None,
+            inputs=self.inputs(combo, family, models, profile),
         )
+
+
+def data_digest(doc: Any) -> str:
+    """SHA-256 of JSON data (a profile, a model config) in a canonical form."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def plugin_source(spec: str) -> Path | None:
+    """The source file of a `--plugin` spec's class: the file of `file.py:Class`, the
+    module's file of `module.path:Class` (None where it has none, e.g. a compiled module)."""
+    named = plugin_file(spec)
+    if named is not None:
+        return Path(named)
+    try:
+        found = importlib.util.find_spec(spec.partition(":")[0])
+    except (ImportError, ValueError):
+        return None
+    origin = found.origin if found is not None else None
+    return Path(origin) if origin and Path(origin).is_file() else None
 
 
 def _text(value: Any) -> str:
@@ -638,6 +723,13 @@ def _text(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def typed_value(kind: Any, value: Any) -> Any:
+    """A spec's parameter value as run.json's `params` record it (`"4"` for an integer
+    is 4, `"yes"` for a flag is true): the table's column and the point's id are the
+    simulation's, however the spec spelled the value."""
+    return kind.to_json(kind.parse(_text(value)))
 
 
 def policy_args(family: Family[Any], params: Mapping[str, Any]) -> str:

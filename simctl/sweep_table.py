@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -98,15 +99,23 @@ def _rows(spec: SweepSpec, out: Path) -> tuple[list[dict[str, Any]], list[dict[s
     return rows, step_rows
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def _param_column(values: list[Any]) -> pd.api.extensions.ExtensionArray | np.ndarray:
-    """One dtype per parameter column: bool, integer, float, else text (None: not set)."""
+    """One dtype per parameter column: bool, integer, float, else text (None: not set).
+    Integers beyond 64 bits (the spec refuses them; a point directory may still hold one)
+    are tabled as text rather than failing once every point has run."""
     given = [v for v in values if v is not None]
     if given and all(isinstance(v, bool) for v in given):
         return pd.array(values, dtype="boolean")
     if given and all(isinstance(v, int) and not isinstance(v, bool) for v in given):
-        return pd.array(values, dtype="Int64")
+        if all(_INT64[0] <= v <= _INT64[1] for v in given):
+            return pd.array(values, dtype="Int64")
+        return pd.array([None if v is None else str(v) for v in values], dtype="string")
     if given and all(isinstance(v, int | float) and not isinstance(v, bool) for v in given):
-        return np.array([math.nan if v is None else float(v) for v in values])
+        with suppress(OverflowError):  # (an integer beyond a float's range: text)
+            return np.array([math.nan if v is None else float(v) for v in values])
     return pd.array([None if v is None else str(v) for v in values], dtype="string")
 
 

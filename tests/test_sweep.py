@@ -7,6 +7,7 @@ efficientrollout sample on 8 A100s), so the module stays well under a minute on 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -304,6 +305,45 @@ def test_killed_sweep_resumes(how: str, spec_path: Path, pool_sweep, tmp_path: P
     entries = sorted(os.listdir(out / POINTS))
     assert len(entries) == 8 and not [e for e in entries if e.startswith(".") or "." in e], entries
     assert _complete(spec_path, out) == 8
+    pd.testing.assert_frame_equal(_without_times(_table(spec_path, out)), _without_times(pool_sweep[1]))
+
+
+@pytest.mark.parametrize("how", ["sigint-pool", "sigterm-pool", "sigint-ray"])
+def test_interrupted_sweep_stops_at_once_and_resumes(
+    how: str, spec_path: Path, pool_sweep, tmp_path: Path
+) -> None:
+    """Ctrl-C (SIGINT to the whole process group, twice, as a terminal sends it) or SIGTERM
+    once a point is complete: the sweep stops its running points instead of running the
+    rest, says in one line how to resume, exits 130 or 143 without a traceback, and leaves
+    no progress file; a rerun completes it to the same table."""
+    out = tmp_path / "sweep"
+    args = ["--no-ray", "--workers", "1"] if how.endswith("pool") else ["--workers", "2"]
+    cmd = [sys.executable, "-m", "simctl", "sweep", str(spec_path), "--out", str(out), *args]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 120  # (only to detect a hang)
+    while _complete(spec_path, out) < 1 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    children = _children(proc.pid)
+    if how.startswith("sigint"):
+        os.killpg(proc.pid, signal.SIGINT)
+        if how.endswith("pool"):  # (a second Ctrl-C while it stops)
+            time.sleep(0.2)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == (130 if how.startswith("sigint") else 143), err[-2000:]
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-2000:]
+    assert "sweep interrupted" in err and "rerun the same command to resume" in err, err
+    assert not _gone(children), "workers outlived the interrupted sweep"
+    done_before = _complete(spec_path, out)
+    assert 1 <= done_before < 8, f"interrupted after {done_before} points"
+    assert not list((out / POINTS).glob("*.steps"))
+    result = run_sweep(load_spec(spec_path), out, workers=2, use_ray=False)
+    assert (result.ran, result.skipped) == (8 - done_before, done_before)
     pd.testing.assert_frame_equal(_without_times(_table(spec_path, out)), _without_times(pool_sweep[1]))
 
 

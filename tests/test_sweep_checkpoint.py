@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from simctl.policies.registry import REGISTRY
@@ -205,18 +206,31 @@ def test_killed_sweep_goes_on_from_the_point_checkpoint(tmp_path: Path) -> None:
     expected = sweep_tables(spec, reference)[0].drop(columns=list(TIME_COLUMNS))
     pd.testing.assert_frame_equal(table, expected)
     assert not checkpoint_dir(point_dir(out, spec.points[0])).exists()  # removed once complete
+    # the resumed run is the same run: the same id in run.json and in every table
+    assert _run_json(out)["run_id"] == _run_json(reference)["run_id"]
+    (resumed_dir,) = (out / POINTS).iterdir()
+    for table_file in sorted(resumed_dir.glob("*.parquet")):
+        stamp = pq.read_schema(table_file).metadata[b"simctl.run_id"].decode()
+        assert stamp == _run_json(reference)["run_id"], table_file.name
 
 
 def test_a_rewritten_trace_starts_the_point_over(tmp_path: Path) -> None:
+    """The checkpoint is keyed by the trace's contents (the point's input fingerprint): a
+    trace touched keeps it, one rewritten with other bytes starts the point over."""
     trace = tmp_path / "t.parquet"
     trace.write_bytes((SAMPLES / TRACES[0][0]).read_bytes())
     path = tmp_path / "sweep.toml"
     path.write_text(SPEC.format(trace=trace))
-    task = make_task(tmp_path / "out", load_spec(path).points[0], "simctl sweep", 0.0)
-    key = checkpoint_key(task)
-    assert key == checkpoint_key(task) and key["policy"] == "seer"
+
+    def key() -> dict:
+        return checkpoint_key(make_task(tmp_path / "out", load_spec(path).points[0], "simctl sweep", 0.0))
+
+    first = key()
+    assert first == key() and first["policy"] == "seer"
     os.utime(trace, ns=(0, trace.stat().st_mtime_ns + 10**9))
-    assert checkpoint_key(task) != key
+    assert key() == first
+    pq.write_table(pq.read_table(trace), trace, compression="gzip")  # (the same rows, other bytes)
+    assert key() != first
 
 
 def test_complete_points_lose_a_leftover_checkpoint_and_plugins_keep_none(tmp_path: Path) -> None:
