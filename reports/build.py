@@ -45,7 +45,7 @@ from simctl.reports.page import PageInput, render
 from simctl.reports.style import RC
 from simctl.reports.tables import Table, headline_table, per_step_table
 from simctl.traces.atomic import exchange, remove_stale_temporaries, temp_sibling
-from simctl.traces.run_format import RUN_JSON, TABLES
+from simctl.traces.outputs import is_run_dir
 
 # Entries of DIR that a report owns; anything else in DIR must be an input run.
 REPORT_ENTRIES = frozenset({"index.html", "figures", "tables", "report.json"})
@@ -112,9 +112,10 @@ def check_report_dir(out_dir: Path, run_dirs: list[Path]) -> None:
 
 
 def _check_not_in_run(out_dir: Path, runs: set[Path]) -> None:
-    """Refuse DIR at or inside an input run directory, or inside any run directory (one
-    holding run.json): `simctl replay --out RUN` replaces RUN whole, so a report written
-    into it would be lost with the old run, and the report would hide inside its input."""
+    """Refuse DIR at or inside an input run directory, or inside any run directory
+    (`is_run_dir`: run.json beside its tables): `simctl replay --out RUN` replaces RUN
+    whole, so a report written into it would be lost with the old run, and the report
+    would hide inside its input."""
     target = out_dir.resolve()
     for run in sorted(runs):
         if target == run:
@@ -124,8 +125,7 @@ def _check_not_in_run(out_dir: Path, runs: set[Path]) -> None:
                 f"{out_dir}: is inside the input run directory {run}; choose another output directory"
             )
     for above in target.parents:
-        # (run.json beside its tables: a --json file named run.json makes no run directory)
-        if (above / RUN_JSON).is_file() and (above / TABLES["requests"].file).is_file():
+        if is_run_dir(above):
             raise ReportError(
                 f"{out_dir}: is inside the run directory {above}; choose another output directory"
             )

@@ -20,9 +20,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from simctl.policies.params import INT64_MAX
 from simctl.traces.run_format import RunFormatError
 
-INT64_MAX = 2**63 - 1
 # Metrics of a step: (key, whether it must be present, whether null is allowed, upper bound)
 STEP_FIELDS: tuple[tuple[str, bool, bool, float], ...] = (
     ("rollout_makespan_s", True, False, math.inf),

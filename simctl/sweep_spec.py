@@ -62,7 +62,7 @@ from typing import Any, NamedTuple
 
 from simctl.policies.compose import drafting_gap
 from simctl.policies.family import Family
-from simctl.policies.params import ParamError, PolicySpecError
+from simctl.policies.params import INT64_MAX, INT64_MIN, ParamError, PolicySpecError
 from simctl.policies.registry import REGISTRY
 from simctl.sim.cluster import ClusterSpec, parse_cluster
 from simctl.sim.cost_model import (
@@ -95,8 +95,6 @@ STEPS_TEXT = r"[0-9]{0,18}:[0-9]{0,18}|[0-9]{1,18}"  # N or A:B (a step fits 63 
 ZIP = "zip"
 #: A sweep larger than this is refused up front (a typo in a grid, not a design space).
 MAX_POINTS = 100_000
-#: An integer parameter must fit a table column (Parquet's int64) to be swept.
-INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
 class SweepSpecError(ValueError):
@@ -647,7 +645,8 @@ class _Checker:
             parsed = kind.parse(_text(value))
         except ParamError as exc:
             raise self.fail(where, f"{exc} (allowed: {kind.allowed})") from None
-        lo, hi = INT64_RANGE
+        # (a swept integer must fit a table column, Parquet's int64, whatever its kind says)
+        lo, hi = INT64_MIN, INT64_MAX
         for number in parsed if isinstance(parsed, tuple) else (parsed,):
             if isinstance(number, int) and not isinstance(number, bool) and not lo <= number <= hi:
                 raise self.fail(where, f"out of range: a swept integer must fit 64 bits ({lo}..{hi})")

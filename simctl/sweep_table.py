@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simctl.policies.params import INT64_MAX, INT64_MIN
 from simctl.sweep_runner import POINT_KEY, STEPS_TABLE, TABLE, point_dir
 from simctl.sweep_spec import SweepSpec
 from simctl.traces.atomic import atomic_write
@@ -99,9 +100,6 @@ def _rows(spec: SweepSpec, out: Path) -> tuple[list[dict[str, Any]], list[dict[s
     return rows, step_rows
 
 
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
 def _param_column(values: list[Any]) -> pd.api.extensions.ExtensionArray | np.ndarray:
     """One dtype per parameter column: bool, integer, float, else text (None: not set).
     Integers beyond 64 bits (the spec refuses them; a point directory may still hold one)
@@ -110,7 +108,7 @@ def _param_column(values: list[Any]) -> pd.api.extensions.ExtensionArray | np.nd
     if given and all(isinstance(v, bool) for v in given):
         return pd.array(values, dtype="boolean")
     if given and all(isinstance(v, int) and not isinstance(v, bool) for v in given):
-        if all(_INT64[0] <= v <= _INT64[1] for v in given):
+        if all(INT64_MIN <= v <= INT64_MAX for v in given):
             return pd.array(values, dtype="Int64")
         return pd.array([None if v is None else str(v) for v in values], dtype="string")
     if given and all(isinstance(v, int | float) and not isinstance(v, bool) for v in given):

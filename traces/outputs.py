@@ -84,7 +84,7 @@ RUN_DIR_FILES = frozenset(
 )
 
 
-def _is_run_dir(path: Path) -> bool:
+def is_run_dir(path: Path) -> bool:
     """A run directory: run.json beside its tables (a --json file named run.json in a
     plain folder is not one)."""
     return (path / "run.json").is_file() and (path / "requests.parquet").is_file()
@@ -107,7 +107,7 @@ def check_output_file(
             raise OutputPathError(f"{path}: is the input {source}; the {what} would overwrite it")
     if path.is_dir():
         raise OutputPathError(f"{path}: is a directory, expected a file for the {what}")
-    if path.name in RUN_DIR_FILES and _is_run_dir(path.parent):
+    if path.name in RUN_DIR_FILES and is_run_dir(path.parent):
         raise OutputPathError(
             f"{path}: is part of the run directory {path.parent}; the {what} would replace it"
         )
