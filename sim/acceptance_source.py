@@ -63,10 +63,14 @@ class AcceptanceSource(Protocol):
         gamma: np.ndarray,
         worker_topk: int,
         iterations: int,
+        first_plain: np.ndarray | None = None,
     ) -> Draw:
         """Outcomes for rows `rids` drafting with `methods` (indices into the step's
         methods) at per-token acceptance `alpha` and depth `gamma`; `worker_topk` is the
-        tree width of rows that follow their worker's setting; `rng` is the worker's."""
+        tree width of rows that follow their worker's setting; `rng` is the worker's.
+        `first_plain`: rows whose first iteration is their admission's prefill pass, which
+        computes their first token and verifies no draft (None: no such row); they emit
+        exactly one token there and draft from the next iteration on."""
         ...
 
     def model_drift(self, probe: ModelProbe) -> float:
@@ -76,6 +80,21 @@ class AcceptanceSource(Protocol):
     def finish(self, counters: Counter[str]) -> None:
         """The step is over: add the source's own totals to the run's counters."""
         ...
+
+
+def plain_first_column(tokens: np.ndarray, first_plain: np.ndarray | None) -> np.ndarray:
+    """`tokens` with one token in the first iteration of the `first_plain` rows (their
+    prefill pass: an engine drafts for a request only after its first sampled token, as
+    vLLM's proposers do). Sampled outcomes keep the same draws, so a block without newly
+    admitted rows is drawn exactly as before.
+
+    >>> plain_first_column(np.array([[3, 2], [4, 1]], np.int16), np.array([False, True]))
+    array([[3, 2],
+           [1, 1]], dtype=int16)
+    """
+    if first_plain is not None and tokens.shape[1] and first_plain.any():
+        tokens[first_plain, 0] = 1
+    return tokens
 
 
 class SampledAcceptance:
@@ -94,8 +113,9 @@ class SampledAcceptance:
         gamma: np.ndarray,
         worker_topk: int,
         iterations: int,
+        first_plain: np.ndarray | None = None,
     ) -> Draw:
-        return Draw(sample_tokens(rng, alpha, gamma, iterations))
+        return Draw(plain_first_column(sample_tokens(rng, alpha, gamma, iterations), first_plain))
 
     def model_drift(self, probe: ModelProbe) -> float:
         return 0.0

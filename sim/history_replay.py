@@ -24,9 +24,17 @@ class HistoryReplay:
         self._hist: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # prompt -> (keys, best token)
         self._static: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # request -> (run, anchor)
 
-    def draft(self, rule: DraftRule, rids: np.ndarray, gamma: np.ndarray, iterations: int) -> np.ndarray:
+    def draft(
+        self,
+        rule: DraftRule,
+        rids: np.ndarray,
+        gamma: np.ndarray,
+        iterations: int,
+        first_plain: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Exact history drafting, one verify iteration at a time over all rows: the
-        verdicts are static, so each iteration only gathers from them."""
+        verdicts are static, so each iteration only gathers from them. `first_plain`: rows
+        whose first iteration is their prefill pass (one token, nothing drafted)."""
         n = len(rids)
         pos = self.tokens.state.generated[rids].astype(np.int64)
         end = np.array([self.tokens.end(int(r)) for r in rids.tolist()], np.int64)
@@ -57,6 +65,8 @@ class HistoryReplay:
             used = it + 1
             at = np.minimum(base + pos, last)
             has = anchor_flat[at] & live
+            if it == 0 and first_plain is not None:
+                has &= ~first_plain
             acc = np.where(has, np.minimum(run_flat[at], w), 0)
             # a draft that stops agreeing goes on to the full window unless the tree has no
             # continuation where the agreement stopped (checked on the recorded tokens)

@@ -43,9 +43,12 @@ class LookupReplay:
             hit = self._lookups[origin] = (arr.tolist(), len(prompt), prev)
         return hit
 
-    def draft(self, rule: DraftRule, rid: int, depth: int, iterations: int) -> np.ndarray:
+    def draft(
+        self, rule: DraftRule, rid: int, depth: int, iterations: int, first_plain: bool = False
+    ) -> np.ndarray:
         """Step one request iteration by iteration as the engine's prompt-lookup drafter
-        would (live.torch_engine.NgramDrafter): no draft past the dispatch's last token."""
+        would (live.torch_engine.NgramDrafter): no draft past the dispatch's last token,
+        nor in the request's prefill pass (`first_plain`: the first iteration is it)."""
         seq, plen, prev = self.table(rule, rid)
         pos0 = int(self.tokens.state.generated[rid])
         end = self.tokens.end(rid)
@@ -58,7 +61,7 @@ class LookupReplay:
             if pos >= end:
                 break
             ctx = plen + pos  # tokens the drafter sees
-            k = min(depth, end - pos - 1)
+            k = 0 if first_plain and it == 0 else min(depth, end - pos - 1)
             acc = got = 0
             if k > 0:
                 for p in prev:

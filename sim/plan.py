@@ -48,6 +48,10 @@ class Plan:
     # on the worker's own GPUs, plus waiting for a decoupled drafter slower than
     # verification); the rest of an iteration is verification. None: plain decoding.
     draft_cum_s: np.ndarray | None = None
+    # Speculative plans: rows prefilled in iteration 0 (None: none). That iteration gives
+    # them their first token and verifies no draft, so it is not one of their verify
+    # iterations (sim.spec_planner `SpecPlanner.plan`).
+    fresh: np.ndarray | None = None
 
     @property
     def iterations(self) -> int:
@@ -86,4 +90,6 @@ class Plan:
             dec = self.decoupled_rows
             cols = np.arange(pos, done)
             iters[dec] = (self.verified[:, pos:done] & (cols < last[dec, None])).sum(axis=1)
+        if self.fresh is not None and pos == 0:  # (the stretch holds their prefill pass)
+            iters = iters - self.fresh
         return progress, prev, gained, iters

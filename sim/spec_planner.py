@@ -257,6 +257,33 @@ def constant_rows(spec: SpecConfig, method_idx: int, b: int) -> tuple[np.ndarray
     return rows
 
 
+def block_length(
+    remaining: np.ndarray,
+    expected: np.ndarray,
+    cap: int,
+    first_finish: bool,
+    horizon: int,
+    lo: int,
+    hi: int,
+) -> int:
+    """Iterations to sample: to the expected first finish (with margin), or with nothing
+    waiting to the expected last one within the worker's horizon (`expected`: tokens
+    per iteration of each row; `lo`, `hi`: the least and most `remaining`)."""
+    est = remaining / expected
+    # math.ceil of the float: np.ceil's value, without a numpy scalar call
+    k_first = max(1, min(math.ceil(float(est.min()) * 1.1) + 4, lo, cap))
+    if first_finish:
+        return k_first
+    k_all = min(
+        math.ceil(float(est.max()) * 1.1) + 4,
+        hi,
+        cap,
+        horizon,
+        SPEC_BLOCK_CELLS // len(remaining),
+    )
+    return max(k_first, k_all)
+
+
 class SpecPlanner:
     def __init__(
         self,
@@ -325,11 +352,19 @@ class SpecPlanner:
         prefill: float,
         first_finish: bool,
         horizon: int,
+        fresh: np.ndarray | None = None,
     ) -> Plan:
         """Sample every row's verification outcomes for the block, then price each iteration
         by the rows still running in it. With nothing waiting, the block runs through
         several finishes (stopping at each to report it), as plain decoding does; the
-        horizon is the expected iterations to the last finish, bounded by SPEC_BLOCK_CELLS."""
+        horizon is the expected iterations to the last finish, bounded by SPEC_BLOCK_CELLS.
+
+        `fresh`: rows prefilled in the block's first iteration (None: none). That pass
+        computes their first token and nothing else: an engine drafts for a request only
+        after its first sampled token (vLLM's proposers do), so they emit one token there,
+        draft nothing and are verified at width 1; the other rows speculate as usual."""
+        if fresh is not None and not fresh.any():
+            fresh = None
         alpha, gamma, _, window, _, _ = arrays
         uniform = isinstance(arrays, _WorkerArrays)  # and with gamma > 0 (else no plan)
         if isinstance(arrays, _WorkerArrays):
@@ -338,8 +373,8 @@ class SpecPlanner:
             rows, expected = gamma > 0, expected_tokens(alpha, gamma)
         every_row = uniform or bool(rows.all())
         lo, hi = int(remaining.min()), int(remaining.max())
-        k = self._block_length(remaining, expected, cap, first_finish, horizon, lo, hi)
-        x, draw = self._outcomes(ids, arrays, k, rows, every_row)
+        k = block_length(remaining, expected, cap, first_finish, horizon, lo, hi)
+        x, draw = self._outcomes(ids, arrays, k, rows, every_row, fresh)
         # `remaining` in the cumulative tokens' int32, when it fits: compared without widening
         rem = remaining.astype(np.int32) if _INT32.min <= lo and hi <= _INT32.max else remaining
         blk = self._layout(ids, remaining, rem, x, first_finish)
@@ -347,6 +382,8 @@ class SpecPlanner:
             t, draft = self._uniform_iteration_seconds(ids, arrays, blk)
         else:
             t, draft = self._iteration_seconds(ids, arrays, blk, draw.slots)
+        if fresh is not None:
+            draft = admission_column(self, ids, arrays, blk, fresh, draw.slots, t, draft)
         t[0] += prefill
         fin, k = blk.fin, blk.k
         stops = block_stops(blk.fin_sorted, k)
@@ -372,47 +409,28 @@ class SpecPlanner:
             last=fin + 1,
             probe=draw.probe,
             draft_cum_s=draft.cumsum(),
+            fresh=fresh,
         )
-
-    def _block_length(
-        self,
-        remaining: np.ndarray,
-        expected: np.ndarray,
-        cap: int,
-        first_finish: bool,
-        horizon: int,
-        lo: int,
-        hi: int,
-    ) -> int:
-        """Iterations to sample: to the expected first finish (with margin), or with nothing
-        waiting to the expected last one within the worker's horizon (`expected`: tokens
-        per iteration of each row; `lo`, `hi`: the least and most `remaining`)."""
-        est = remaining / expected
-        # math.ceil of the float: np.ceil's value, without a numpy scalar call
-        k_first = max(1, min(math.ceil(float(est.min()) * 1.1) + 4, lo, cap))
-        if first_finish:
-            return k_first
-        k_all = min(
-            math.ceil(float(est.max()) * 1.1) + 4,
-            hi,
-            cap,
-            horizon,
-            SPEC_BLOCK_CELLS // len(remaining),
-        )
-        return max(k_first, k_all)
 
     def _outcomes(
-        self, ids: np.ndarray, arrays: SpecArrays, k: int, rows: np.ndarray, every_row: bool
+        self,
+        ids: np.ndarray,
+        arrays: SpecArrays,
+        k: int,
+        rows: np.ndarray,
+        every_row: bool,
+        fresh: np.ndarray | None = None,
     ) -> tuple[np.ndarray, Draw]:
         """Tokens per row per iteration (plain rows emit 1; decoupled rows sit out the
         iteration after each rejected window) and the acceptance source's draw. `rows`:
-        the rows that speculate (`every_row`: all of them)."""
+        the rows that speculate (`every_row`: all of them); `fresh`: rows whose first
+        iteration is their prefill pass (one token)."""
         alpha, gamma, methods, window, _, _ = arrays
         topk = max(1, self.spec.topk)
         if every_row:
             # the draw is the block (a fresh array the source hands over), of every row as
             # they are: the same values as selecting all of them
-            draw = self.acceptance.draw(self.rng, ids, methods, alpha, gamma, topk, k)
+            draw = self.acceptance.draw(self.rng, ids, methods, alpha, gamma, topk, k, fresh)
             if draw.tokens.dtype == np.int16 and draw.tokens.shape == (len(ids), k):
                 x = draw.tokens
             else:
@@ -422,10 +440,18 @@ class SpecPlanner:
                 return x, draw  # coupled
         else:
             x = np.ones((len(ids), k), np.int16)
-            draw = self.acceptance.draw(self.rng, ids[rows], methods[rows], alpha[rows], gamma[rows], topk, k)
+            first = fresh[rows] if fresh is not None else None
+            draw = self.acceptance.draw(
+                self.rng, ids[rows], methods[rows], alpha[rows], gamma[rows], topk, k, first
+            )
             x[rows] = draw.tokens
         dec = window > 0
         if dec.any():
+            late = dec & fresh if fresh is not None else None
+            if late is not None and late.any() and k > 1:
+                # drafting starts after the prefill pass: lay the windows out from there
+                x[late, 1:] = stall_after_rejection(x[late, 1:], window[late])
+                dec = dec & ~late
             x[dec] = stall_after_rejection(x[dec], window[dec])
         return x, draw
 
@@ -653,6 +679,52 @@ class SpecPlanner:
                     t = cost.draft_time(drafter, n * width, share * width, g)
                     coupled = coupled + np.where(live, t, 0.0)
         return coupled, decoupled
+
+
+def admission_column(
+    planner: SpecPlanner,
+    ids: np.ndarray,
+    arrays: SpecArrays,
+    blk: _Block,
+    fresh: np.ndarray,
+    exact_slots: np.ndarray | None,
+    t: np.ndarray,
+    draft: np.ndarray,
+) -> np.ndarray:
+    """Price the block's first iteration again with the `fresh` rows (prefilled in it)
+    at width 1 and drafting nothing, the others as `_iteration_seconds` does; writes it
+    into `t` and returns the drafting seconds with it. Every row runs in that iteration
+    (no row finishes before it)."""
+    _, gamma, methods, window, topk, verify = arrays
+    st, b = planner.host.state, len(ids)
+    old = ~fresh
+    fill = st.fill_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(b)
+    slots = np.where(gamma > 0, verify * fill, 0) + 1
+    if exact_slots is not None:  # rows replayed exactly verify what they drafted
+        rows = gamma > 0
+        ex = exact_slots[:, 0].astype(np.float64)
+        slots[rows] = np.where(np.isnan(ex), slots[rows], ex + 1)
+    slots[fresh] = 1  # (a fresh row's one token, from the prefill pass)
+    new_tokens = round(float(slots.sum()))
+    ctx0 = blk.ctx[:1]
+    order, gone = np.arange(int(old.sum())), np.zeros(1, np.int64)
+    verify_s = planner.verify_time(
+        ids[old], methods[old], gamma[old], b, new_tokens, ctx0, order, gone, exact_slots is not None
+    )
+    coupled = decoupled = np.zeros(1)
+    spec = old & (gamma > 0)
+    if spec.any():
+        # the drafter sees the context of the rows it drafts for
+        ctx_old = ctx0 - float(st.context(ids[fresh]).sum())
+        n = int(old.sum())
+        coupled, decoupled = planner.draft_times(
+            ids[old], methods[old], gamma[old], window[old], topk[old], ctx_old, blk.fin[old], n
+        )
+    v, c, d = float(verify_s[0]), float(coupled[0]), float(decoupled[0])
+    t[0] = max(v, d) + c
+    out = np.array(draft, dtype=np.float64)
+    out[0] = c + max(d - v, 0.0)
+    return out
 
 
 def _drafter_worker(st: StepState, spec: SpecConfig, rows: np.ndarray) -> int:

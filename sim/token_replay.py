@@ -49,7 +49,7 @@ import numpy as np
 from simctl.policies.seer_acceptance import TABLE2_DRAFT, per_token_acceptance, table2_tau
 from simctl.policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH, DraftRule
 from simctl.sim.acceptance import sample_tokens
-from simctl.sim.acceptance_source import Draw, ModelProbe
+from simctl.sim.acceptance_source import Draw, ModelProbe, plain_first_column
 from simctl.sim.draft_ledger import DraftLedger, RequestStats
 from simctl.sim.group_index import GroupIndex
 from simctl.sim.group_step import step_block
@@ -132,12 +132,15 @@ class StepReplay:
         gamma: np.ndarray,
         worker_topk: int,
         iterations: int,
+        first_plain: np.ndarray | None = None,
     ) -> Draw:
         st = self.state
         m0 = int(methods[0]) if len(methods) else 0
         present = [m0] if (methods == m0).all() else [int(m) for m in np.unique(methods)]
+        if first_plain is not None and not first_plain.any():
+            first_plain = None
         if not any(st.methods[m] in self.rules for m in present):
-            return Draw(sample_tokens(rng, alpha, gamma, iterations))
+            return Draw(plain_first_column(sample_tokens(rng, alpha, gamma, iterations), first_plain))
         if len(present) == 1 and self.tokens.trace is None:
             # one method, drawn from the grouped-drafter model (no token ids): the loop
             # below without its row selections and copies (most of Seer's plans)
@@ -145,31 +148,34 @@ class StepReplay:
             if rule is not None and rule.source not in ("history", "lookup"):
                 self._reconcile(rids)
                 tokens, model_probe = self._model_draw(rng, rule, m0, rids, gamma, worker_topk, iterations)
-                return Draw(tokens, None, model_probe)
+                return Draw(plain_first_column(tokens, first_plain), None, model_probe)
         out = np.ones((len(rids), iterations), np.int16)
         slots: np.ndarray | None = None
         probe: ModelProbe | None = None
         for m in present:
             sel = np.arange(len(rids)) if len(present) == 1 else np.flatnonzero(methods == m)
+            fresh = first_plain[sel] if first_plain is not None else np.zeros(len(sel), np.bool_)
             rule = self.rules.get(st.methods[m])
             if rule is None:
-                out[sel] = sample_tokens(rng, alpha[sel], gamma[sel], iterations)
+                out[sel] = plain_first_column(sample_tokens(rng, alpha[sel], gamma[sel], iterations), fresh)
                 continue
             self._reconcile(rids[sel])
             r, depth = rids[sel], np.maximum(gamma[sel].astype(np.int64), 1)
             if rule.source == "history":
-                out[sel] = self.history.draft(rule, r, depth, iterations)
+                out[sel] = self.history.draft(rule, r, depth, iterations, fresh)
             elif rule.source == "lookup":
-                for j, rid, d in zip(sel, r.tolist(), depth.tolist(), strict=True):
-                    out[j] = self.lookup.draft(rule, rid, d, iterations)
+                for j, rid, d, f in zip(sel, r.tolist(), depth.tolist(), fresh.tolist(), strict=True):
+                    out[j] = self.lookup.draft(rule, rid, d, iterations, f)
             else:
                 if self.tokens.trace is None:
-                    out[sel], probe = self._model_draw(rng, rule, m, r, gamma[sel], worker_topk, iterations)
+                    tokens, probe = self._model_draw(rng, rule, m, r, gamma[sel], worker_topk, iterations)
+                    out[sel] = plain_first_column(tokens, fresh)
                     continue
                 own = st.req_gamma[r] > 0
                 paths = np.where(own, st.req_topk[r], worker_topk).astype(np.int64)
-                for j, rid, d, k in zip(sel, r.tolist(), depth.tolist(), paths.tolist(), strict=True):
-                    out[j] = self._group_exact(rule, rid, d, k, iterations)
+                rows = zip(sel, r.tolist(), depth.tolist(), paths.tolist(), fresh.tolist(), strict=True)
+                for j, rid, d, k, f in rows:
+                    out[j] = self._group_exact(rule, rid, d, k, iterations, f)
             slots = self._note_slots(slots, sel, r, len(rids), iterations)
         return Draw(out, slots, probe)
 
@@ -247,24 +253,33 @@ class StepReplay:
         seqs = {m: self.tokens.sequence(m, rule) for m in members}
         return GroupIndex(prompt[lo:] if len(prompt) > lo else prompt[:0], keys, seqs)
 
-    def _group_exact(self, rule: DraftRule, rid: int, depth: int, paths: int, iterations: int) -> np.ndarray:
+    def _group_exact(
+        self, rule: DraftRule, rid: int, depth: int, paths: int, iterations: int, first_plain: bool = False
+    ) -> np.ndarray:
         """Step one request iteration by iteration: draft from the group table plus its own
         tokens since they were last indexed, verify against the recorded tokens
-        (sim.group_step; sim.group_table holds the reference form)."""
+        (sim.group_step; sim.group_table holds the reference form). `first_plain`: the
+        first iteration is the request's prefill pass (one token, no draft)."""
         grp = self._group(rule, rid)
         origin = self.tokens.origin(rid)
         seq = self.tokens.sequence(rid, rule)
-        pos0 = int(self.state.generated[rid])
+        start = int(self.state.generated[rid])
         end = self.tokens.end(rid)
+        skip = 1 if first_plain and start < end and iterations else 0
+        pos0 = start + skip
         vis = min(grp.visible_of(origin), pos0)
-        stop = seq.offset + min(end, pos0 + iterations * (depth + 1))
+        stop = seq.offset + min(end, pos0 + (iterations - skip) * (depth + 1))
         toks = seq.seq[seq.offset + vis : stop].tolist()
         emitted, pos_after, drafted, accepted = step_block(
-            grp, grp.seqs[origin], toks, vis, pos0 - vis, depth, paths, iterations
+            grp, grp.seqs[origin], toks, vis, pos0 - vis, depth, paths, iterations - skip
         )
         out = np.ones(iterations, np.int16)
-        out[: len(emitted)] = emitted
-        self.ledger.remember(rid, pos0, pos_after, drafted, accepted, np.zeros(len(pos_after)))
+        out[skip : skip + len(emitted)] = emitted
+        if skip:
+            pos_after = np.concatenate(([pos0], pos_after)).astype(np.int64)
+            drafted = np.concatenate(([0], drafted)).astype(np.int64)
+            accepted = np.concatenate(([0], accepted)).astype(np.int64)
+        self.ledger.remember(rid, start, pos_after, drafted, accepted, np.zeros(len(pos_after)))
         return out
 
     # ------------------------------------------------------------ group drafter (model)

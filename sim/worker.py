@@ -93,6 +93,9 @@ class Worker:
         # pass in the next; of them, context recomputed after its KV was lost
         self.prefill_tokens = 0
         self.recompute_tokens = 0
+        # requests that pass computes (their first token comes from it: they draft nothing
+        # in that iteration)
+        self._fresh: list[int] = []
         self.iteration = 0
         self.ticks = TickCadence(host, wid)
         self._horizon = FIRST_HORIZON
@@ -222,6 +225,8 @@ class Worker:
         st = self.host.state
         resident = int(min(st.kv_resident[rid], need))
         self.prefill_tokens += need - resident
+        if need > resident:
+            self._fresh.append(rid)
         if st.prefilled[rid]:
             self.recompute_tokens += need - resident
         else:
@@ -271,7 +276,8 @@ class Worker:
             return self._with_ticks(
                 self._with_prefill(self._plan_plain_finishes(ids, remaining, cap, prefill), prefill)
             )
-        plan = self.planner.plan(ids, remaining, arrays, cap, prefill, first_finish, self._horizon)
+        fresh = np.isin(ids, self._fresh) if self._fresh else None
+        plan = self.planner.plan(ids, remaining, arrays, cap, prefill, first_finish, self._horizon, fresh)
         return self._with_ticks(self._with_prefill(plan, prefill))
 
     def _with_prefill(self, plan: Plan, prefill: float) -> Plan:
@@ -319,6 +325,7 @@ class Worker:
         st, host = self.host.state, self.host
         ids = plan.ids
         self.prefill_tokens = self.recompute_tokens = 0
+        self._fresh = []
         if plan.progress is None:  # plain decoding
             progress = np.minimum(done, plan.remaining)  # tokens since the plan started
             prev = np.minimum(pos, plan.remaining)
@@ -368,6 +375,8 @@ class Worker:
         rows = plan.spec_rows
         assert rows is not None and plan.gamma is not None
         spec_ids, spec_gained, gamma = plan.ids, gained, plan.gamma
+        if plan.fresh is not None and pos == 0:  # their first token came from the prefill pass
+            spec_gained = gained - plan.fresh
         if not plan.every_row_speculates and not rows.all():  # (no selection in most plans)
             spec_ids, iters, spec_gained, gamma = spec_ids[rows], iters[rows], gained[rows], gamma[rows]
         st.spec_iters[spec_ids] += iters
