@@ -174,6 +174,15 @@ class _WorkerArrays(tuple):
     rows: np.ndarray
 
 
+def draft_slots(
+    st: StepState, ids: np.ndarray, methods: np.ndarray, gamma: np.ndarray, verify: np.ndarray
+) -> np.ndarray:
+    """Tokens each row puts through a verify iteration on average: its own token plus the
+    draft slots its drafter fills (`draft_fill_<method>`; plain rows fill none)."""
+    fill = st.fill_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(len(ids))
+    return np.where(gamma > 0, verify * fill, 0) + 1
+
+
 def block_stops(fin_sorted: np.ndarray, k: int) -> np.ndarray:
     """Iterations (1-based) after which a row ends, ascending and unique, with `k` last:
     `np.unique(fin[fin < k] + 1)` plus `k`, from the finish columns already sorted (np.unique
@@ -508,8 +517,7 @@ class SpecPlanner:
         if isinstance(arrays, _WorkerArrays):  # every row drafts with the worker's method
             slots = verify * st.fill_mat[ids, self.method_idx] + 1
         else:
-            fill = st.fill_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(b)
-            slots = np.where(gamma > 0, verify * fill, 0) + 1
+            slots = draft_slots(st, ids, methods, gamma, verify)
         batch: np.ndarray | int
         new_tokens: np.ndarray | int
         if exact_slots is not None:
@@ -698,8 +706,7 @@ def admission_column(
     _, gamma, methods, window, topk, verify = arrays
     st, b = planner.host.state, len(ids)
     old = ~fresh
-    fill = st.fill_mat[ids, np.maximum(methods, 0)] if st.methods else np.ones(b)
-    slots = np.where(gamma > 0, verify * fill, 0) + 1
+    slots = draft_slots(st, ids, methods, gamma, verify)
     if exact_slots is not None:  # rows replayed exactly verify what they drafted
         rows = gamma > 0
         ex = exact_slots[:, 0].astype(np.float64)
