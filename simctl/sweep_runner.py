@@ -474,9 +474,13 @@ def _stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
         pool.shutdown(wait=True)  # (its manager thread, which notices the workers gone)
 
 
-def run_ray(tasks: Sequence[PointTask], workers: int | None, done: Done) -> None:
+def run_ray(tasks: Sequence[PointTask], workers: int | None, done: Done, cancel: bool = True) -> None:
     """Every task on the Ray cluster this process is connected to, `workers` at a time
-    (None: as many as the cluster has CPUs)."""
+    (None: as many as the cluster has CPUs). Interrupted, it cancels the running tasks when
+    `cancel` (a joined cluster goes on otherwise); on the local instance simctl started,
+    whose shutdown stops every worker anyway, it does not: a forced cancel whose task's
+    reply is already on its way can make Ray's core worker abort the driver (a Ray check
+    failure, "Tried to complete task that was not pending"), seen in CI on a Ctrl-C."""
     import ray
 
     if workers is None:
@@ -498,8 +502,9 @@ def run_ray(tasks: Sequence[PointTask], workers: int | None, done: Done) -> None
                     result = {"point_id": pid, "error": f"ray: {str(exc).splitlines()[0]}", "wall_s": 0.0}
                 done(result)
     except BaseException:
-        for ref in running:
-            ray.cancel(ref, force=True)
+        if cancel:
+            for ref in running:
+                ray.cancel(ref, force=True)
         raise
 
 
@@ -811,7 +816,10 @@ def _run_sweep(
             if tasks and use_ray:
                 with local_ray(workers, ray_address) as joined:
                     run_ray(
-                        send_inputs(tasks, token) if joined else tasks, workers, receiving(out, tally.done)
+                        send_inputs(tasks, token) if joined else tasks,
+                        workers,
+                        receiving(out, tally.done),
+                        cancel=joined,
                     )
             elif tasks:
                 run_pool(tasks, workers or default_workers(), tally.done)
