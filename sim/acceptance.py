@@ -46,9 +46,10 @@ def sample_tokens(
         # ln U < 0 (U < 1) and 1/ln a < 0 (0 < a < 1): r > 0 (+inf at U = 0), never NaN, so
         # ceil(r) >= 1 already; the clamp at g + 1 writes the int16 result directly
         return np.minimum(r, top, out=np.empty(r.shape, np.int16), casting="unsafe")
-    # in place, as np.clip(r, 1, g + 1) (NaN stays NaN) without its temporaries; the 1 as
+    # in place, as np.clip(r, 1, g + 1) without its temporaries (but NaN, which 0 * ln 0
+    # makes of a row that never drafts at U = 0, becomes 1 where np.clip keeps it); the 1 as
     # a column, which numpy broadcasts several times faster than a Python scalar
-    np.maximum(r, np.ones((len(a), 1), np.float32), out=r)
+    np.fmax(r, np.ones((len(a), 1), np.float32), out=r)
     np.minimum(r, top, out=r)
     return r.astype(np.int16)
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from simctl.policies.suffix_tree import DraftRule
 from simctl.sim.acceptance import sample_tokens
+from simctl.sim.position_acceptance import PositionAcceptance
 
 
 class ModelProbe(NamedTuple):
@@ -64,13 +65,17 @@ class AcceptanceSource(Protocol):
         worker_topk: int,
         iterations: int,
         first_plain: np.ndarray | None = None,
+        tree_width: np.ndarray | None = None,
     ) -> Draw:
         """Outcomes for rows `rids` drafting with `methods` (indices into the step's
         methods) at per-token acceptance `alpha` and depth `gamma`; `worker_topk` is the
         tree width of rows that follow their worker's setting; `rng` is the worker's.
         `first_plain`: rows whose first iteration is their admission's prefill pass, which
         computes their first token and verifies no draft (None: no such row); they emit
-        exactly one token there and draft from the next iteration on."""
+        exactly one token there and draft from the next iteration on. `tree_width`: each
+        row's effective tree width (its verify budget included; None: every row a chain),
+        which a position-dependent acceptance (sim.position_acceptance) needs to put an
+        iteration's chain acceptance through the tree law."""
         ...
 
     def model_drift(self, probe: ModelProbe) -> float:
@@ -97,8 +102,31 @@ def plain_first_column(tokens: np.ndarray, first_plain: np.ndarray | None) -> np
     return tokens
 
 
+def sampled_tokens(
+    positions: PositionAcceptance | None,
+    rng: np.random.Generator,
+    rids: np.ndarray,
+    methods: np.ndarray,
+    alpha: np.ndarray,
+    gamma: np.ndarray,
+    tree_width: np.ndarray | None,
+    iterations: int,
+    first_plain: np.ndarray | None,
+) -> np.ndarray:
+    """Sampled outcomes of rows (sim.acceptance.sample_tokens), by response position
+    where the trace has buckets for some row's method (sim.position_acceptance: the same
+    uniforms, so without buckets the same outcomes)."""
+    if positions is not None and positions.covers(methods):
+        return positions.sample(rng, rids, methods, alpha, gamma, tree_width, iterations, first_plain)
+    return plain_first_column(sample_tokens(rng, alpha, gamma, iterations), first_plain)
+
+
 class SampledAcceptance:
-    """Acceptance sampled from the trace's per-request acceptance probabilities."""
+    """Acceptance sampled from the trace's per-request acceptance probabilities (by
+    response position where `positions` holds the trace's buckets)."""
+
+    def __init__(self, positions: PositionAcceptance | None = None) -> None:
+        self.positions = positions
 
     @property
     def fetches_on_replan(self) -> bool:
@@ -114,8 +142,13 @@ class SampledAcceptance:
         worker_topk: int,
         iterations: int,
         first_plain: np.ndarray | None = None,
+        tree_width: np.ndarray | None = None,
     ) -> Draw:
-        return Draw(plain_first_column(sample_tokens(rng, alpha, gamma, iterations), first_plain))
+        return Draw(
+            sampled_tokens(
+                self.positions, rng, rids, methods, alpha, gamma, tree_width, iterations, first_plain
+            )
+        )
 
     def model_drift(self, probe: ModelProbe) -> float:
         return 0.0

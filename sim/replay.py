@@ -31,6 +31,7 @@ from simctl.sim.models import ModelSpec
 from simctl.sim.offline_profile import trace_acceptance
 from simctl.sim.parallel_replay import replay_parallel
 from simctl.sim.plan import Plan
+from simctl.sim.position_acceptance import PositionAcceptance
 from simctl.sim.role_time import LENT_ROLES, role_seconds
 from simctl.sim.state import DEFERRED, StepState
 from simctl.sim.step_time import post_rollout_time, step_time
@@ -225,6 +226,7 @@ def run_policy(
         t0, c0 = time.perf_counter(), time.process_time()
         frame, step_state = _with_carried(frame, state.carry, step)
         _age_drafter(step_state, spot_gpu_s, setup.drafter_params)
+        trace_rows = setup.trace.df.index.get_indexer(frame.index)
         sim = _FirstTimesSimulation(
             step_state,
             policy,
@@ -235,9 +237,10 @@ def run_policy(
             view_extras={"info": info, "history": history},
             acceptance=StepReplay(
                 step_state,
-                setup.trace.df.index.get_indexer(frame.index),
+                trace_rows,
                 tokens,
                 getattr(policy, "draft_rules", None),
+                PositionAcceptance.of_trace(setup.trace, step_state, trace_rows),
             ),
             lost=sorted(lost),
             faults=faults_of_step(setup.faults, step, setup.steps[0]),

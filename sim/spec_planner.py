@@ -247,6 +247,20 @@ def request_arrays(st: StepState, spec: SpecConfig, method_idx: int, ids: np.nda
     return alpha, gamma, method, window, topk, verify
 
 
+def tree_widths(arrays: SpecArrays) -> np.ndarray | None:
+    """Each row's effective tree width, `min(topk, verify // depth)` as
+    sim.acceptance.tree_acceptance takes it (1: a chain); None when every row drafts a
+    chain (the acceptance sources then need none)."""
+    _, gamma, _, _, topk, verify = arrays
+    if isinstance(arrays, _WorkerArrays) and len(topk) and topk[0] <= 1:
+        return None
+    tree = topk > 1
+    if not tree.any():
+        return None
+    w = np.minimum(topk, verify // np.maximum(gamma, 1))
+    return np.where(tree, np.maximum(w, 1), 1).astype(np.int64)
+
+
 def constant_rows(spec: SpecConfig, method_idx: int, b: int) -> tuple[np.ndarray, ...]:
     """(gamma, method, window, topk, verify, speculates) rows of `b` requests following the
     worker's setting; built once per batch size and setting, read-only since plans keep
@@ -436,10 +450,11 @@ class SpecPlanner:
         iteration is their prefill pass (one token)."""
         alpha, gamma, methods, window, _, _ = arrays
         topk = max(1, self.spec.topk)
+        width = tree_widths(arrays)
         if every_row:
             # the draw is the block (a fresh array the source hands over), of every row as
             # they are: the same values as selecting all of them
-            draw = self.acceptance.draw(self.rng, ids, methods, alpha, gamma, topk, k, fresh)
+            draw = self.acceptance.draw(self.rng, ids, methods, alpha, gamma, topk, k, fresh, width)
             if draw.tokens.dtype == np.int16 and draw.tokens.shape == (len(ids), k):
                 x = draw.tokens
             else:
@@ -450,9 +465,9 @@ class SpecPlanner:
         else:
             x = np.ones((len(ids), k), np.int16)
             first = fresh[rows] if fresh is not None else None
-            draw = self.acceptance.draw(
-                self.rng, ids[rows], methods[rows], alpha[rows], gamma[rows], topk, k, first
-            )
+            width = width[rows] if width is not None else None
+            args = (ids[rows], methods[rows], alpha[rows], gamma[rows], topk, k, first, width)
+            draw = self.acceptance.draw(self.rng, *args)
             x[rows] = draw.tokens
         dec = window > 0
         if dec.any():

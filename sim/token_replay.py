@@ -49,12 +49,13 @@ import numpy as np
 from simctl.policies.seer_acceptance import TABLE2_DRAFT, per_token_acceptance, table2_tau
 from simctl.policies.suffix_tree import NGRAM_MAX_MATCH, NGRAM_MIN_MATCH, DraftRule
 from simctl.sim.acceptance import sample_tokens
-from simctl.sim.acceptance_source import Draw, ModelProbe, plain_first_column
+from simctl.sim.acceptance_source import Draw, ModelProbe, plain_first_column, sampled_tokens
 from simctl.sim.draft_ledger import DraftLedger, RequestStats
 from simctl.sim.group_index import GroupIndex
 from simctl.sim.group_step import step_block
 from simctl.sim.history_replay import HistoryReplay
 from simctl.sim.lookup_replay import LookupReplay
+from simctl.sim.position_acceptance import PositionAcceptance
 from simctl.sim.state import FINISHED, StepState
 from simctl.sim.trace_tokens import StepTokens, TraceTokens, ngram_keys
 
@@ -79,8 +80,12 @@ class StepReplay:
         trace_rows: np.ndarray,
         tokens: TraceTokens | None,
         rules: Mapping[str, DraftRule] | None = None,
+        positions: PositionAcceptance | None = None,
     ) -> None:
+        """`positions`: the trace's acceptance by response position, for the rows this
+        samples (None: each row's mean)."""
         self.state = state
+        self.positions = positions
         # Defaults only replay exactly; without tokens only the group model applies (where
         # a policy asks for it): the history drafter then samples at its fixed gamma.
         self.rules = {**(DEFAULT_RULES if tokens is not None else {}), **(rules or {})}
@@ -133,6 +138,7 @@ class StepReplay:
         worker_topk: int,
         iterations: int,
         first_plain: np.ndarray | None = None,
+        tree_width: np.ndarray | None = None,
     ) -> Draw:
         st = self.state
         m0 = int(methods[0]) if len(methods) else 0
@@ -140,7 +146,11 @@ class StepReplay:
         if first_plain is not None and not first_plain.any():
             first_plain = None
         if not any(st.methods[m] in self.rules for m in present):
-            return Draw(plain_first_column(sample_tokens(rng, alpha, gamma, iterations), first_plain))
+            return Draw(
+                sampled_tokens(
+                    self.positions, rng, rids, methods, alpha, gamma, tree_width, iterations, first_plain
+                )
+            )
         if len(present) == 1 and self.tokens.trace is None:
             # one method, drawn from the grouped-drafter model (no token ids): the loop
             # below without its row selections and copies (most of Seer's plans)
@@ -157,7 +167,18 @@ class StepReplay:
             fresh = first_plain[sel] if first_plain is not None else np.zeros(len(sel), np.bool_)
             rule = self.rules.get(st.methods[m])
             if rule is None:
-                out[sel] = plain_first_column(sample_tokens(rng, alpha[sel], gamma[sel], iterations), fresh)
+                width = tree_width[sel] if tree_width is not None else None
+                out[sel] = sampled_tokens(
+                    self.positions,
+                    rng,
+                    rids[sel],
+                    methods[sel],
+                    alpha[sel],
+                    gamma[sel],
+                    width,
+                    iterations,
+                    fresh,
+                )
                 continue
             self._reconcile(rids[sel])
             r, depth = rids[sel], np.maximum(gamma[sel].astype(np.int64), 1)

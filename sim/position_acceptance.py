@@ -1,0 +1,245 @@
+"""Acceptance that changes along a response: a trace's `accept_<method>_buckets`.
+
+A trace may refine a request's mean acceptance `accept_<method>` by response position, in
+buckets of `accept_bucket_tokens` tokens (traces/SCHEMA.md). Published measurements show
+why it matters for the rollout tail: "EfficientRollout: System-Aware Self-Speculative
+Decoding for RL Rollouts" (Kim, Lee et al., 2026) Table 8 reports EAGLE-3's block
+efficiency falling from 1.97 in a Qwen2.5-7B response's first 512 tokens to 1.60 at 4K-8K
+(and Llama3.1-8B's from 2.29 to 1.25 after 512 tokens), so the long requests that make up
+the tail draft worse than their response mean, exactly where speculation is meant to help.
+Replaying the mean spreads that difference evenly over the response.
+
+With buckets, the per-token acceptance of a verify iteration is the bucket value at the
+response position the iteration starts from, scaled by how far the simulator has moved the
+request's mean (TLT's drafter aging, sensitivity runs): `bucket * current / trace mean`,
+clipped to [0, 1]. A tree row's per-level acceptance is the tree law of that chain value
+(sim.acceptance.tree_acceptance). Positions past the last bucket use the last one; a row
+with an empty list, or a method without buckets, keeps its mean.
+
+Sampling keeps sim.acceptance.sample_tokens' single uniform per iteration: an iteration
+yields `ceil(ln U / ln a)` tokens clamped to [1, depth + 1], with `a` the acceptance at its
+starting position. Positions depend on the tokens before them, so the block is solved as a
+fixpoint: start every iteration at its row's current bucket, then re-evaluate the
+iterations whose starting bucket changed, until none does (each pass settles at least the
+next bucket crossing of every row, so a block needs about one pass per crossing). The
+uniforms are drawn exactly as `sample_tokens` draws them, so a trace without buckets, or
+with buckets equal to its means, replays the same outcomes as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from simctl.sim.acceptance import tree_acceptance
+from simctl.sim.state import StepState
+from simctl.traces.io import Trace
+from simctl.traces.schema import bucket_column
+
+_MAX_ACCEPT = 1.0 - 1e-12  # as sim.acceptance: numpy's log(1) would divide by zero
+# A mean acceptance below this counts as 0 (its buckets are then not used: a ratio to it
+# would overflow)
+MEAN_FLOOR = 1e-12
+
+
+@dataclass(frozen=True)
+class _MethodBuckets:
+    """One method's buckets as ratios to the trace's mean, per trace row (CSR)."""
+
+    ratio: np.ndarray  # float64: bucket value / the row's `accept_<method>` (1 where that is 0)
+    offsets: np.ndarray  # int64 per trace row + 1
+    counts: np.ndarray  # int64 buckets per trace row
+
+
+class PositionAcceptance:
+    """The buckets of one step's rows (a Fastest-of-N replica row reads its request's),
+    and the sampler that uses them (module docstring)."""
+
+    def __init__(
+        self, state: StepState, trace_rows: np.ndarray, width: int, methods: dict[int, _MethodBuckets]
+    ) -> None:
+        self.state = state
+        self.trace_rows = np.asarray(trace_rows, np.int64)  # trace row of each step request
+        self.width = int(width)
+        self._methods = methods  # method index (into state.methods) -> its buckets
+
+    @classmethod
+    def of_trace(cls, trace: Trace, state: StepState, trace_rows: np.ndarray) -> PositionAcceptance | None:
+        """The step's position buckets, or None when the trace has none for any method
+        the step replays (then nothing changes how outcomes are sampled)."""
+        width = trace.meta.accept_bucket_tokens
+        if not width:
+            return None
+        methods: dict[int, _MethodBuckets] = {}
+        for j, method in enumerate(state.methods):
+            col = bucket_column(method)
+            arr = trace.lists.get(col)
+            if arr is None or f"accept_{method}" not in trace.df.columns:
+                continue
+            methods[j] = _ratios(arr, trace.df[f"accept_{method}"].to_numpy(np.float64))
+        if not methods:
+            return None
+        return cls(state, trace_rows, int(width), methods)
+
+    def covers(self, methods: np.ndarray) -> bool:
+        """Whether any of these rows' methods has buckets."""
+        return any(int(m) in self._methods for m in np.unique(methods))
+
+    def sample(
+        self,
+        rng: np.random.Generator,
+        rids: np.ndarray,
+        methods: np.ndarray,
+        alpha: np.ndarray,
+        gamma: np.ndarray,
+        width: np.ndarray | None,
+        iterations: int,
+        first_plain: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Tokens per row per iteration (int16), as sim.acceptance.sample_tokens with each
+        iteration's acceptance taken at its starting position. `alpha`: the rows' per-token
+        acceptance as planned (a tree row's already through the tree law); `width`: each
+        row's tree width, verify budget included (None: all chains); `first_plain`: rows
+        whose first iteration is their prefill pass (one token)."""
+        st = self.state
+        n, k = len(rids), iterations
+        a_row = np.minimum(np.maximum(np.asarray(alpha, dtype=np.float64), 0.0), _MAX_ACCEPT)
+        g = np.asarray(gamma, dtype=np.int64)
+        u = rng.random((n, k), dtype=np.float32)  # (the uniforms sample_tokens draws)
+        lnu = np.log(u)
+        top = (g + 1).astype(np.float32)[:, None]
+        tokens = _tokens(lnu, _inverse_log(a_row)[:, None], top)
+        if first_plain is not None and k and first_plain.any():
+            tokens[first_plain, 0] = 1
+        lookup = self._lookup(rids, methods)
+        if lookup is None or not k:
+            return tokens
+        rows, off, cnt, ratio = lookup
+        sub = np.flatnonzero(rows)
+        if not len(sub):
+            return tokens
+        m = np.asarray(methods)[sub].astype(np.int64)
+        tokens[sub] = _settle(
+            tokens[sub],
+            lnu[sub],
+            top[sub],
+            st.generated[rids[sub]].astype(np.int64),
+            st.accept_mat[rids[sub], m],
+            ratio,
+            off[sub],
+            cnt[sub],
+            self.width,
+            np.ones(len(sub), np.int64) if width is None else np.asarray(width, np.int64)[sub],
+            np.maximum(g[sub], 1),
+            first_plain[sub] if first_plain is not None else None,
+        )
+        return tokens
+
+    def _lookup(
+        self, rids: np.ndarray, methods: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """(rows with buckets, each row's first index into the ratios, its bucket count,
+        the ratios of the rows' methods concatenated); None: no row has buckets."""
+        st = self.state
+        trace_row = self.trace_rows[st.origin[rids]]
+        m = np.asarray(methods, np.int64)
+        rows = np.zeros(len(rids), np.bool_)
+        off = np.zeros(len(rids), np.int64)
+        cnt = np.ones(len(rids), np.int64)
+        parts: list[np.ndarray] = []
+        base = 0
+        for j in np.unique(m).tolist():
+            got = self._methods.get(int(j))
+            if got is None:
+                continue
+            sel = m == j
+            tr = trace_row[sel]
+            c = got.counts[tr]
+            has = c > 0
+            rows[sel] = has
+            off[sel] = got.offsets[tr] + base
+            cnt[sel] = np.maximum(c, 1)
+            parts.append(got.ratio)
+            base += len(got.ratio)
+        if not parts or not rows.any():
+            return None
+        return rows, off, cnt, parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _settle(
+    tokens: np.ndarray,
+    lnu: np.ndarray,
+    top: np.ndarray,
+    start: np.ndarray,
+    chain: np.ndarray,
+    ratio: np.ndarray,
+    off: np.ndarray,
+    cnt: np.ndarray,
+    bucket_tokens: int,
+    width: np.ndarray,
+    depth: np.ndarray,
+    first_plain: np.ndarray | None,
+) -> np.ndarray:
+    """The position fixpoint (module docstring) of rows with buckets: `tokens` drawn at
+    the rows' mean, `lnu` their ln U, `start` their position at the block's start, `chain`
+    their current mean, `ratio[off + b]` bucket b's ratio (of `cnt` buckets). Only rows
+    whose iterations changed bucket in a pass are evaluated again: after the first pass,
+    the rows that cross into another bucket within the block."""
+    active = np.arange(len(tokens))
+    bucket = np.full(tokens.shape, -1, np.int64)
+    for _ in range(tokens.shape[1] + 1):  # (each pass settles at least one more iteration)
+        t = tokens[active]
+        before = np.cumsum(t, axis=1, dtype=np.int64) - t  # tokens before each iteration
+        now = np.minimum((start[active, None] + before) // bucket_tokens, cnt[active, None] - 1)
+        moved = (now != bucket[active]).any(axis=1)
+        active, now = active[moved], now[moved]
+        if not len(active):
+            break
+        bucket[active] = now
+        a = np.minimum(np.maximum(chain[active, None] * ratio[off[active, None] + now], 0.0), 1.0)
+        w = width[active]
+        if (w > 1).any():
+            d = depth[active]
+            tree = tree_acceptance(a, d[:, None], w[:, None], (w * d)[:, None])
+            a = np.where(w[:, None] > 1, tree, a)
+        t = _tokens(lnu[active], _inverse_log(np.minimum(a, _MAX_ACCEPT)), top[active])
+        if first_plain is not None:
+            t[first_plain[active], 0] = 1
+        tokens[active] = t
+    return tokens
+
+
+def _ratios(arr: pa.Array, mean: np.ndarray) -> _MethodBuckets:
+    """Bucket values over the row's mean; 1 where the mean is 0 (below MEAN_FLOOR: the
+    mean says the row never accepts, and it keeps that whatever its buckets say)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = arr.values.to_numpy(zero_copy_only=False).astype(np.float64)
+    base = offsets[0]
+    values, offsets = values[base : offsets[-1]], offsets - base
+    counts = np.diff(offsets)
+    row = np.repeat(np.arange(len(counts)), counts)
+    m = mean[row]
+    some = m > MEAN_FLOOR
+    ratio = np.where(some, values / np.where(some, m, 1.0), 1.0)
+    return _MethodBuckets(ratio, offsets, counts)
+
+
+def _inverse_log(a: np.ndarray) -> np.ndarray:
+    """1 / ln a in float32 (0 where a = 0: no draft is ever accepted), as sample_tokens."""
+    with np.errstate(divide="ignore"):
+        return np.where(a > 0, 1.0 / np.log(np.maximum(a, 1e-300)), 0.0).astype(np.float32)
+
+
+def _tokens(lnu: np.ndarray, inv: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """sim.acceptance.sample_tokens' arithmetic, per cell: ceil(ln U * inv) clamped to
+    [1, depth + 1] (`inv` = 1 / ln a, per row or per cell), in float32 as it computes it."""
+    with np.errstate(invalid="ignore"):
+        r = lnu * inv
+    np.ceil(r, out=r)
+    np.fmax(r, np.float32(1.0), out=r)  # (0 * -inf at U = 0 of a non-drafting row: one token)
+    np.minimum(r, top, out=r)
+    return r.astype(np.int16)
