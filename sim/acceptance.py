@@ -36,10 +36,10 @@ def sample_tokens(
     g = np.asarray(gamma, dtype=np.int64)
     u = rng.random((len(a), iterations), dtype=np.float32)
     drafts = a > 0
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # (ln 0, and 0 * -inf: see below)
         inv = np.where(drafts, 1.0 / np.log(np.maximum(a, 1e-300)), 0.0).astype(np.float32)
         r = np.log(u, out=u)
-    r *= inv[:, None]
+        r *= inv[:, None]
     np.ceil(r, out=r)
     top = (g + 1).astype(np.float32)[:, None]
     if drafts.all():

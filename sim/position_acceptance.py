@@ -108,7 +108,8 @@ class PositionAcceptance:
         a_row = np.minimum(np.maximum(np.asarray(alpha, dtype=np.float64), 0.0), _MAX_ACCEPT)
         g = np.asarray(gamma, dtype=np.int64)
         u = rng.random((n, k), dtype=np.float32)  # (the uniforms sample_tokens draws)
-        lnu = np.log(u)
+        with np.errstate(divide="ignore"):  # (U = 0: -inf, see _tokens)
+            lnu = np.log(u)
         top = (g + 1).astype(np.float32)[:, None]
         tokens = _tokens(lnu, _inverse_log(a_row)[:, None], top)
         if first_plain is not None and k and first_plain.any():

@@ -205,3 +205,22 @@ def test_a_replay_draws_from_the_buckets() -> None:
     assert flat[0] == pytest.approx(none[0], rel=1e-9) and flat[1] == pytest.approx(none[1], rel=1e-6)
     assert collapse[1] < 0.5 * flat[1]
     assert collapse[0] > flat[0]
+
+
+class _ZeroUniforms:
+    """An rng whose every uniform is 0 (a float32 draw is 0 once in 2**24 or so)."""
+
+    def random(self, shape: tuple[int, int], dtype: type = np.float64) -> np.ndarray:
+        return np.zeros(shape, dtype)
+
+
+def test_a_uniform_of_zero_gives_a_row_that_never_drafts_one_token() -> None:
+    """ln 0 = -inf times 1 / ln a = 0 (acceptance 0) is NaN: one token, not a cast NaN
+    (0 tokens, an iteration that emits nothing); a drafting row accepts its whole draft."""
+    alpha, gamma = np.array([0.0, 0.6]), np.array([4, 4])
+    rng = _ZeroUniforms()
+    tokens = sample_tokens(rng, alpha, gamma, 3)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(tokens, [[1, 1, 1], [5, 5, 5]])
+    _, positions = _positions(np.array([0.5, 0.5]), [[0.0, 0.0], [0.6, 0.6]], 8)
+    got = positions.sample(rng, np.arange(2), np.zeros(2, np.int64), alpha, gamma, None, 3)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(got, [[1, 1, 1], [5, 5, 5]])
