@@ -19,9 +19,10 @@ with an empty list, or a method without buckets, keeps its mean.
 Sampling keeps sim.acceptance.sample_tokens' single uniform per iteration: an iteration
 yields `ceil(ln U / ln a)` tokens clamped to [1, depth + 1], with `a` the acceptance at its
 starting position. Positions depend on the tokens before them, so the block is solved as a
-fixpoint: start every iteration at its row's current bucket, then re-evaluate the
-iterations whose starting bucket changed, until none does (each pass settles at least the
-next bucket crossing of every row, so a block needs about one pass per crossing). The
+fixpoint: take every iteration's bucket from the path drawn at the row's mean, then
+re-evaluate the iterations whose starting bucket changed, until none does (each pass
+settles at least one more iteration of every row, and the first path is close, so a block
+needs a few passes over the few iterations near a bucket boundary). The
 uniforms are drawn exactly as `sample_tokens` draws them, so a trace without buckets, or
 with buckets equal to its means, replays the same outcomes as before.
 """
@@ -185,31 +186,61 @@ def _settle(
 ) -> np.ndarray:
     """The position fixpoint (module docstring) of rows with buckets: `tokens` drawn at
     the rows' mean, `lnu` their ln U, `start` their position at the block's start, `chain`
-    their current mean, `ratio[off + b]` bucket b's ratio (of `cnt` buckets). Only rows
-    whose iterations changed bucket in a pass are evaluated again: after the first pass,
-    the rows that cross into another bucket within the block."""
-    active = np.arange(len(tokens))
-    bucket = np.full(tokens.shape, -1, np.int64)
-    for _ in range(tokens.shape[1] + 1):  # (each pass settles at least one more iteration)
-        t = tokens[active]
-        before = np.cumsum(t, axis=1, dtype=np.int64) - t  # tokens before each iteration
-        now = np.minimum((start[active, None] + before) // bucket_tokens, cnt[active, None] - 1)
-        moved = (now != bucket[active]).any(axis=1)
-        active, now = active[moved], now[moved]
-        if not len(active):
+    their current mean, `ratio[off + b]` bucket b's ratio (of `cnt` buckets).
+
+    A cell needs of its bucket only 1 / ln(acceptance), so that is tabled once per row
+    and bucket (`inv[base + b]`). The first pass takes every iteration's bucket from the
+    path drawn at the mean; each later pass re-evaluates only the
+    iterations whose bucket moved (those near a boundary the path shifted across)."""
+    n = len(tokens)
+    base = np.zeros(n + 1, np.int64)
+    np.cumsum(cnt, out=base[1:])
+    row = np.repeat(np.arange(n), cnt)
+    a = np.minimum(np.maximum(chain[row] * ratio[off[row] + np.arange(base[-1]) - base[row]], 0.0), 1.0)
+    w = width[row]
+    if (w > 1).any():
+        d = depth[row]
+        a = np.where(w > 1, tree_acceptance(a, d, w, w * d), a)
+    inv = _inverse_log(np.minimum(a, _MAX_ACCEPT))
+    base, last = base[:-1], (cnt - 1).astype(np.int32)
+    pos0 = start.astype(np.int32)
+    # the first pass, dense (most iterations of a long block may sit past a boundary),
+    # along the path drawn at the mean
+    bucket = _buckets_along(tokens, pos0, bucket_tokens, last)
+    tokens = _tokens(lnu, inv[base[:, None] + bucket], top)
+    if first_plain is not None:
+        tokens[first_plain, 0] = 1
+    active = np.arange(n)
+    for _ in range(tokens.shape[1]):  # (each pass settles at least one more iteration)
+        now = _buckets_along(tokens[active], pos0[active], bucket_tokens, last[active])
+        moved = now != bucket[active]
+        some = moved.any(axis=1)
+        if not some.any():
             break
-        bucket[active] = now
-        a = np.minimum(np.maximum(chain[active, None] * ratio[off[active, None] + now], 0.0), 1.0)
-        w = width[active]
-        if (w > 1).any():
-            d = depth[active]
-            tree = tree_acceptance(a, d[:, None], w[:, None], (w * d)[:, None])
-            a = np.where(w[:, None] > 1, tree, a)
-        t = _tokens(lnu[active], _inverse_log(np.minimum(a, _MAX_ACCEPT)), top[active])
+        active, now, moved = active[some], now[some], moved[some]
+        r, c = np.nonzero(moved)
+        rows, b = active[r], now[r, c]
+        bucket[rows, c] = b
+        new = _tokens(lnu[rows, c], inv[base[rows] + b], top[rows, 0])
         if first_plain is not None:
-            t[first_plain[active], 0] = 1
-        tokens[active] = t
+            new[first_plain[rows] & (c == 0)] = 1
+        tokens[rows, c] = new
     return tokens
+
+
+def _bucket(pos: np.ndarray, bucket_tokens: int) -> np.ndarray:
+    """pos // bucket_tokens (a shift when the width is a power of two, as 512 is)."""
+    if bucket_tokens & (bucket_tokens - 1) == 0:
+        return np.right_shift(pos, bucket_tokens.bit_length() - 1)
+    return pos // bucket_tokens
+
+
+def _buckets_along(tokens: np.ndarray, pos0: np.ndarray, bucket_tokens: int, last: np.ndarray) -> np.ndarray:
+    """The bucket each iteration starts in (int32), along the path `tokens` from `pos0`."""
+    pos = np.cumsum(tokens, axis=1, dtype=np.int32)
+    pos -= tokens
+    pos += pos0[:, None]
+    return np.minimum(_bucket(pos, bucket_tokens), last[:, None])
 
 
 def _ratios(arr: pa.Array, mean: np.ndarray) -> _MethodBuckets:
