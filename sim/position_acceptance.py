@@ -65,6 +65,10 @@ class PositionAcceptance:
         self.trace_rows = np.asarray(trace_rows, np.int64)  # trace row of each step request
         self.width = int(width)
         self._methods = methods  # method index (into state.methods) -> its buckets
+        # every method's ratios in one array (a draw may mix methods), and where each starts
+        self._ratio = np.concatenate([b.ratio for b in methods.values()]) if methods else np.zeros(0)
+        starts = np.cumsum([0, *(len(b.ratio) for b in methods.values())])
+        self._start = {j: int(starts[i]) for i, j in enumerate(methods)}
 
     @classmethod
     def of_trace(cls, trace: Trace, state: StepState, trace_rows: np.ndarray) -> PositionAcceptance | None:
@@ -118,7 +122,7 @@ class PositionAcceptance:
         lookup = self._lookup(rids, methods)
         if lookup is None or not k:
             return tokens
-        rows, off, cnt, ratio = lookup
+        rows, off, cnt = lookup
         sub = np.flatnonzero(rows)
         if not len(sub):
             return tokens
@@ -129,7 +133,7 @@ class PositionAcceptance:
             top[sub],
             st.generated[rids[sub]].astype(np.int64),
             st.accept_mat[rids[sub], m],
-            ratio,
+            self._ratio,
             off[sub],
             cnt[sub],
             self.width,
@@ -141,17 +145,15 @@ class PositionAcceptance:
 
     def _lookup(
         self, rids: np.ndarray, methods: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-        """(rows with buckets, each row's first index into the ratios, its bucket count,
-        the ratios of the rows' methods concatenated); None: no row has buckets."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(rows with buckets, each row's first index into `_ratio`, its bucket count);
+        None: no row has buckets."""
         st = self.state
         trace_row = self.trace_rows[st.origin[rids]]
         m = np.asarray(methods, np.int64)
         rows = np.zeros(len(rids), np.bool_)
         off = np.zeros(len(rids), np.int64)
         cnt = np.ones(len(rids), np.int64)
-        parts: list[np.ndarray] = []
-        base = 0
         for j in np.unique(m).tolist():
             got = self._methods.get(int(j))
             if got is None:
@@ -159,15 +161,10 @@ class PositionAcceptance:
             sel = m == j
             tr = trace_row[sel]
             c = got.counts[tr]
-            has = c > 0
-            rows[sel] = has
-            off[sel] = got.offsets[tr] + base
+            rows[sel] = c > 0
+            off[sel] = got.offsets[tr] + self._start[int(j)]
             cnt[sel] = np.maximum(c, 1)
-            parts.append(got.ratio)
-            base += len(got.ratio)
-        if not parts or not rows.any():
-            return None
-        return rows, off, cnt, parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return (rows, off, cnt) if rows.any() else None
 
 
 def _settle(

@@ -224,3 +224,30 @@ def test_a_uniform_of_zero_gives_a_row_that_never_drafts_one_token() -> None:
     _, positions = _positions(np.array([0.5, 0.5]), [[0.0, 0.0], [0.6, 0.6]], 8)
     got = positions.sample(rng, np.arange(2), np.zeros(2, np.int64), alpha, gamma, None, 3)  # type: ignore[arg-type]
     np.testing.assert_array_equal(got, [[1, 1, 1], [5, 5, 5]])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), data=st.data())
+def test_rows_of_two_methods_in_one_draw_read_their_own_buckets(seed, data) -> None:
+    """A draw may mix methods (request overrides): each row reads its method's buckets."""
+    n, k, width = 8, 25, 16
+    value = st.floats(0.0, 1.0, allow_nan=False, width=32)
+    lists = {m: [data.draw(st.lists(value, min_size=1, max_size=5)) for _ in range(n)] for m in (0, 1)}
+    means = {m: np.array([data.draw(st.floats(0.05, 0.95)) for _ in range(n)]) for m in (0, 1)}
+    frame = make_frame(np.full(n, 5000), accept={"eagle": 0.5, "ngram": 0.5})
+    state = StepState.from_frame(frame, 0)
+    tables = {}
+    for m in (0, 1):
+        state.accept_mat[:, m] = means[m]
+        tables[m] = _ratios(pa.array(lists[m], pa.list_(pa.float32())), means[m])
+    positions = PositionAcceptance(state, np.arange(n), width, tables)
+    methods = np.array([data.draw(st.sampled_from([0, 1])) for _ in range(n)], np.int64)
+    state.generated[:] = [data.draw(st.integers(0, 80)) for _ in range(n)]
+    gamma, chain = np.full(n, 4), state.accept_mat[np.arange(n), methods]
+    got = positions.sample(np.random.default_rng(seed), np.arange(n), methods, chain, gamma, None, k)
+    u = np.random.default_rng(seed).random((n, k), dtype=np.float32)
+    own = [lists[int(m)][i] for i, m in enumerate(methods)]
+    mean = np.array([means[int(m)][i] for i, m in enumerate(methods)])
+    ones, none = np.ones(n, np.int64), np.zeros(n, np.bool_)
+    want = _stepwise(u, chain, own, mean, state.generated.copy(), gamma, ones, width, none)
+    np.testing.assert_array_equal(got, want)
