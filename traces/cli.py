@@ -103,7 +103,7 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from simctl.traces.inspect import plot_lengths, step_summary
+    from simctl.traces.inspect import plot_lengths, position_summary, step_summary
     from simctl.traces.validate import load_valid_trace
 
     if plot:
@@ -131,6 +131,18 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     for row in summary.to_dict("records"):
         table.add_row(*[_fmt(v) for v in row.values()])
     console.print(table)
+    by_position = position_summary(tr)
+    if by_position is not None:
+        console.print(
+            f"acceptance by response position (token-weighted bucket values, buckets of "
+            f"{m.accept_bucket_tokens} tokens; replay draws each verify iteration at its position's bucket):"
+        )
+        positions = Table(show_lines=False)
+        for col in by_position.columns:
+            positions.add_column(col, justify="right")
+        for row in by_position.to_dict("records"):
+            positions.add_row(*["-" if isinstance(v, float) and v != v else _fmt(v) for v in row.values()])
+        console.print(positions)
     if plot:
         plot_lengths(tr, plot)
         console.print(f"wrote {plot}")

@@ -9,7 +9,7 @@ import pandas as pd
 
 from simctl.traces.atomic import atomic_write
 from simctl.traces.io import Trace
-from simctl.traces.schema import accept_column, acceptance_methods
+from simctl.traces.schema import BUCKET_SUFFIX, accept_column, acceptance_methods
 
 PERCENTILES = (50, 90, 99)
 
@@ -46,6 +46,50 @@ def step_summary(trace: Trace) -> pd.DataFrame:
             row[f"acc_{m}"] = float(g[accept_column(m)].mean())
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def position_summary(trace: Trace) -> pd.DataFrame | None:
+    """Acceptance by response position, one row per method with buckets
+    (`accept_<method>_buckets`): the token-weighted mean of the bucket values over ranges
+    of positions that double, `[0, B)`, `[B, 2B)`, `[2B, 4B)`, ... with `B` the bucket
+    width (the layout of EfficientRollout's Table 8, whose EAGLE-3 acceptance falls along
+    a response). Each verify iteration of a replay draws at its position's bucket
+    (sim/position_acceptance.py), so this is what the simulator will use. None: no
+    buckets."""
+    width = trace.meta.accept_bucket_tokens
+    cols = sorted(c for c in trace.lists if c.startswith("accept_") and c.endswith(BUCKET_SUFFIX))
+    if not width or not cols:
+        return None
+    length = trace.df["response_len"].to_numpy(np.int64)
+    reach = int(length.max()) if len(length) else 0
+    ranges = max(1, int(np.ceil(np.log2(max(reach, width) / width))) + 1)
+    labels = [_span(0, width)] + [_span(width << (r - 1), width << r) for r in range(1, ranges)]
+    rows = []
+    for col in cols:
+        values, offsets = trace.token_arrays(col)
+        counts = np.diff(offsets)
+        row = np.repeat(np.arange(len(counts)), counts)
+        start = (np.arange(len(values)) - offsets[:-1][row]) * width
+        tokens = np.clip(length[row] - start, 0, width).astype(np.float64)
+        where = np.where(start < width, 0, np.floor(np.log2(np.maximum(start, width) / width)) + 1)
+        where = np.minimum(where, ranges - 1).astype(np.int64)
+        weight = np.bincount(where, tokens, minlength=ranges)
+        total = np.bincount(where, tokens * values.astype(np.float64), minlength=ranges)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(weight > 0, total / weight, np.nan)
+        rows.append(
+            {"method": col[len("accept_") : -len(BUCKET_SUFFIX)], **dict(zip(labels, mean, strict=True))}
+        )
+    return pd.DataFrame(rows)
+
+
+def _span(lo: int, hi: int) -> str:
+    """'512-1k' for [512, 1024): the range's ends in tokens, thousands as k."""
+
+    def short(v: int) -> str:
+        return f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else str(v)
+
+    return f"{short(lo)}-{short(hi)}"
 
 
 def plot_lengths(trace: Trace, path: str | Path) -> Path:

@@ -246,3 +246,28 @@ def test_bundled_samples_are_valid_and_say_how_they_were_made(path: Path) -> Non
     meta = read_trace(path).meta
     assert meta.preset and meta.seed is not None and meta.source == "generated"
     assert meta.preset in path.name
+
+
+def test_inspect_shows_acceptance_by_response_position(tmp_path: Path) -> None:
+    """Token-weighted bucket values over doubling position ranges, per method with buckets;
+    a trace without buckets prints no such table."""
+    from simctl.traces.inspect import position_summary
+
+    df = make_frame([8, 3, 5, 2], accept={"ngram": 0.5})
+    buckets = pa.array([[1.0, 0.5], [0.2], [0.8, 0.0], [0.4]], pa.list_(pa.float32()))
+    meta = TraceMeta(group_size=4, accept_bucket_tokens=4)
+    path = _write(tmp_path, df, lists={"accept_ngram_buckets": buckets}, meta=meta)
+    got = position_summary(read_trace(path))
+    assert got is not None and list(got.columns) == ["method", "0-4", "4-8"]
+    row = got.iloc[0]
+    # [0, 4): 4 tokens at 1.0, 3 at 0.2, 4 at 0.8, 2 at 0.4; [4, 8): 4 at 0.5, 1 at 0.0
+    assert row["method"] == "ngram"
+    assert row["0-4"] == pytest.approx((4 * 1.0 + 3 * 0.2 + 4 * 0.8 + 2 * 0.4) / 13, rel=1e-6)
+    assert row["4-8"] == pytest.approx(4 * 0.5 / 5, rel=1e-6)
+    result = _cli("trace", "inspect", str(path))
+    assert result.exit_code == 0, result.output
+    assert "acceptance by response position" in result.output and "4-8" in result.output
+    (tmp_path / "plain").mkdir()
+    plain = _write(tmp_path / "plain", _good())
+    assert position_summary(read_trace(plain)) is None
+    assert "by response position" not in _cli("trace", "inspect", str(plain)).output
