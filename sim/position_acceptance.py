@@ -62,7 +62,8 @@ class PositionAcceptance:
         self, state: StepState, trace_rows: np.ndarray, width: int, methods: dict[int, _MethodBuckets]
     ) -> None:
         self.state = state
-        self.trace_rows = np.asarray(trace_rows, np.int64)  # trace row of each step request
+        # row of each step request in the buckets' arrays
+        self.trace_rows = np.asarray(trace_rows, np.int64)
         self.width = int(width)
         self._methods = methods  # method index (into state.methods) -> its buckets
         # every method's ratios in one array (a draw may mix methods), and where each starts
@@ -72,21 +73,23 @@ class PositionAcceptance:
 
     @classmethod
     def of_trace(cls, trace: Trace, state: StepState, trace_rows: np.ndarray) -> PositionAcceptance | None:
-        """The step's position buckets, or None when the trace has none for any method
-        the step replays (then nothing changes how outcomes are sampled)."""
+        """The step's position buckets (of its rows only: a long trace holds every step's),
+        or None when the trace has none for any method the step replays (then nothing
+        changes how outcomes are sampled)."""
         width = trace.meta.accept_bucket_tokens
         if not width:
             return None
+        rows = np.asarray(trace_rows, np.int64)
         methods: dict[int, _MethodBuckets] = {}
         for j, method in enumerate(state.methods):
-            col = bucket_column(method)
-            arr = trace.lists.get(col)
+            arr = trace.lists.get(bucket_column(method))
             if arr is None or f"accept_{method}" not in trace.df.columns:
                 continue
-            methods[j] = _ratios(arr, trace.df[f"accept_{method}"].to_numpy(np.float64))
+            mean = trace.df[f"accept_{method}"].to_numpy(np.float64)[rows]
+            methods[j] = _ratios(arr.take(pa.array(rows)), mean)
         if not methods:
             return None
-        return cls(state, trace_rows, int(width), methods)
+        return cls(state, np.arange(len(rows)), int(width), methods)
 
     def covers(self, methods: np.ndarray) -> bool:
         """Whether any of these rows' methods has buckets."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -23,7 +24,7 @@ from simctl.sim.replay import ReplaySetup, run_policy
 from simctl.sim.state import StepState
 from simctl.traces.generate import generate_trace
 from simctl.traces.io import Trace
-from simctl.traces.schema import bucket_column
+from simctl.traces.schema import TraceMeta, bucket_column
 from tests.factories import make_frame
 
 
@@ -251,3 +252,22 @@ def test_rows_of_two_methods_in_one_draw_read_their_own_buckets(seed, data) -> N
     ones, none = np.ones(n, np.int64), np.zeros(n, np.bool_)
     want = _stepwise(u, chain, own, mean, state.generated.copy(), gamma, ones, width, none)
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_step_reads_the_buckets_of_its_own_trace_rows() -> None:
+    """Buckets are taken for the step's rows (trace rows 4-7 here), in the step's order:
+    step 0's rows never accept, step 1's always do."""
+    df0 = make_frame(np.full(4, 100), accept={"ngram": 0.5})
+    df1 = make_frame(np.full(4, 100), step=1, accept={"ngram": 0.5})
+    df = pd.concat([df0, df1], ignore_index=True)
+    lists = {bucket_column("ngram"): pa.array([[0.0]] * 4 + [[1.0]] * 4, pa.list_(pa.float32()))}
+    trace = Trace(df=df, meta=TraceMeta(group_size=4, accept_bucket_tokens=64), lists=lists)
+    frame = df.iloc[[7, 5, 6, 4]]  # a step's rows, in any order
+    state = StepState.from_frame(frame, 1)
+    positions = PositionAcceptance.of_trace(trace, state, df.index.get_indexer(frame.index))
+    assert positions is not None
+    n = 4
+    got = positions.sample(
+        np.random.default_rng(0), np.arange(n), np.zeros(n, np.int64), np.full(n, 0.5), np.full(n, 3), None, 6
+    )
+    np.testing.assert_array_equal(got, np.full((n, 6), 4))
