@@ -46,14 +46,24 @@ def trace_group() -> None:
     help="Fraction of the preset's prompts per step, for quick runs.",
 )
 @click.option("--tokens", is_flag=True, help="Also generate prompt/response token ids (small traces only).")
+@click.option(
+    "--buckets/--no-buckets",
+    default=None,
+    help="Write acceptance by response position (accept_<method>_buckets), which replay draws from "
+    "[default: only for --scale <= 0.05 or --tokens].",
+)
 @click.option("-o", "--output", type=PathArg(dir_okay=False, path_type=Path), required=True)
-def gen_cmd(preset: str, steps: int, seed: int, scale: float, tokens: bool, output: Path) -> None:
+def gen_cmd(
+    preset: str, steps: int, seed: int, scale: float, tokens: bool, buckets: bool | None, output: Path
+) -> None:
     """Write a synthetic trace calibrated to one of the papers' workloads."""
     from simctl.traces.generate import write_generated
 
     check_output_file(output, what="trace", kind="parquet")
     try:
-        path = write_generated(output, preset=preset, steps=steps, seed=seed, scale=scale, tokens=tokens)
+        path = write_generated(
+            output, preset=preset, steps=steps, seed=seed, scale=scale, tokens=tokens, buckets=buckets
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {path} (preset {preset}, {steps} steps, seed {seed}, scale {scale})")

@@ -456,15 +456,22 @@ def _meta(p: Preset, steps: int, seed: int, scale: float, lay: _Layout, buckets:
 
 
 def generate_trace(
-    preset: str | Preset, steps: int, seed: int, scale: float = 1.0, tokens: bool = False
+    preset: str | Preset,
+    steps: int,
+    seed: int,
+    scale: float = 1.0,
+    tokens: bool = False,
+    buckets: bool | None = None,
 ) -> tuple[pd.DataFrame, TraceMeta, dict[str, pa.Array]]:
     """(scalar columns, provenance, list columns) of a synthetic trace.
 
     `preset`: a preset's name, or a Preset (a registered one with an assumed parameter
     changed: the sensitivity sweeps of sim/sensitivity.py).
     `scale` in (0, 1] multiplies the prompts per step (at least one; group size unchanged).
-    List columns hold the position buckets (small traces) and, with tokens=True, the token
-    ids; pass them as `lists=` to traces.io.write_trace.
+    List columns hold the position buckets and, with tokens=True, the token ids; pass them
+    as `lists=` to traces.io.write_trace. `buckets`: write the position buckets (None:
+    for small traces and token traces only, since a full-scale step's buckets are a few
+    million values; a replay draws each verify iteration at its position's bucket).
     """
     p = get_preset(preset) if isinstance(preset, str) else preset
     _check_args(steps, seed, scale)
@@ -473,7 +480,7 @@ def generate_trace(
     ln = _lengths(p, lay, _rng(seed, _LENGTH))
     reward = _rewards(p, lay, ln, _rng(seed, _REWARD))
     accept = _acceptance(p, lay, ln, _rng(seed, _ACCEPT))
-    with_buckets = tokens or scale <= BUCKET_SCALE_LIMIT
+    with_buckets = (tokens or scale <= BUCKET_SCALE_LIMIT) if buckets is None else bool(buckets)
     lists: dict[str, pa.Array] = {}
     if tokens:
         lists.update(_tokens(p, seed, lay, ln, accept["suffix"]))
@@ -499,8 +506,14 @@ def generate_trace(
 
 
 def write_generated(
-    path: str | Path, preset: str, steps: int, seed: int, scale: float = 1.0, tokens: bool = False
+    path: str | Path,
+    preset: str,
+    steps: int,
+    seed: int,
+    scale: float = 1.0,
+    tokens: bool = False,
+    buckets: bool | None = None,
 ) -> Path:
     """Generate and write atomically; the file's metadata names the preset, seed and scale."""
-    df, meta, lists = generate_trace(preset, steps, seed, scale=scale, tokens=tokens)
+    df, meta, lists = generate_trace(preset, steps, seed, scale=scale, tokens=tokens, buckets=buckets)
     return write_trace(path, df, meta, lists=lists)

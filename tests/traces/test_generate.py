@@ -6,9 +6,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simctl.cli import main
 from simctl.traces.generate import MAX_TOKEN_IDS, VOCAB, generate_trace, write_generated
 from simctl.traces.io import read_trace
 from simctl.traces.presets import ACCEPT_BUCKET_TOKENS, PRESETS, get_preset
@@ -128,6 +130,33 @@ def test_buckets_only_for_small_traces() -> None:
     _, meta, lists = generate_trace("efficientrollout-qwen7b-8k", steps=2, seed=0, scale=0.05)
     assert meta.accept_bucket_tokens == ACCEPT_BUCKET_TOKENS
     assert set(lists) == {bucket_column(m) for m in KNOWN_METHODS}
+
+
+def test_buckets_can_be_asked_for_or_left_out_at_any_scale(tmp_path) -> None:
+    """`--buckets` writes them for a large trace, `--no-buckets` leaves them out of a small
+    one; the scalar columns are the same either way."""
+    big, meta, lists = generate_trace("efficientrollout-qwen7b-8k", steps=1, seed=0, scale=0.5, buckets=True)
+    assert meta.accept_bucket_tokens == ACCEPT_BUCKET_TOKENS
+    assert set(lists) == {bucket_column(m) for m in KNOWN_METHODS}
+    plain, _, _ = generate_trace("efficientrollout-qwen7b-8k", steps=1, seed=0, scale=0.5)
+    pd.testing.assert_frame_equal(big, plain)
+    _, meta, lists = generate_trace("efficientrollout-qwen7b-8k", steps=1, seed=0, scale=0.05, buckets=False)
+    assert lists == {} and meta.accept_bucket_tokens is None
+    out = tmp_path / "t.parquet"
+    args = [
+        "trace",
+        "gen",
+        "--preset",
+        "efficientrollout-qwen7b-8k",
+        "--scale",
+        "0.5",
+        "--buckets",
+        "-o",
+        str(out),
+    ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert read_trace(out).meta.accept_bucket_tokens == ACCEPT_BUCKET_TOKENS
 
 
 def test_bucket_shape_and_consistency() -> None:
