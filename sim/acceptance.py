@@ -13,14 +13,21 @@ import numpy as np
 
 # Acceptance 1.0 would make numpy's geometric(p=0) undefined; this cap changes nothing
 # observable for gamma <= 64.
-_MAX_ACCEPT = 1.0 - 1e-12
+MAX_ACCEPT = 1.0 - 1e-12
 
 
 def expected_tokens(alpha: np.ndarray, gamma: np.ndarray) -> np.ndarray:
     """E[tokens per iteration] = (1 - a^(g+1)) / (1 - a); g + 1 when a = 1."""
-    a = np.minimum(np.maximum(alpha, 0.0), _MAX_ACCEPT)  # np.clip, without its overhead
+    a = np.minimum(np.maximum(alpha, 0.0), MAX_ACCEPT)  # np.clip, without its overhead
     g = np.asarray(gamma, dtype=np.float64)
     return np.where(g > 0, (1.0 - a ** (g + 1.0)) / (1.0 - a), 1.0)
+
+
+def inverse_log(a: np.ndarray) -> np.ndarray:
+    """1 / ln a in float32, 0 where a = 0 (no draft is ever accepted): what a cell of
+    `sample_tokens` multiplies ln U by (sim.position_acceptance tables it per bucket)."""
+    with np.errstate(divide="ignore"):
+        return np.where(a > 0, 1.0 / np.log(np.maximum(a, 1e-300)), 0.0).astype(np.float32)
 
 
 def sample_tokens(
@@ -32,12 +39,12 @@ def sample_tokens(
     a^j falls with j that count is ceil(ln U / ln a) - 1: one pass over the matrix whatever
     the draft length, instead of drawing geometrics or comparing against g thresholds.
     """
-    a = np.minimum(np.maximum(np.asarray(alpha, dtype=np.float64), 0.0), _MAX_ACCEPT)
+    a = np.minimum(np.maximum(np.asarray(alpha, dtype=np.float64), 0.0), MAX_ACCEPT)
     g = np.asarray(gamma, dtype=np.int64)
     u = rng.random((len(a), iterations), dtype=np.float32)
     drafts = a > 0
+    inv = inverse_log(a)
     with np.errstate(divide="ignore", invalid="ignore"):  # (ln 0, and 0 * -inf: see below)
-        inv = np.where(drafts, 1.0 / np.log(np.maximum(a, 1e-300)), 0.0).astype(np.float32)
         r = np.log(u, out=u)
         r *= inv[:, None]
     np.ceil(r, out=r)

@@ -34,12 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from simctl.sim.acceptance import tree_acceptance
+from simctl.sim.acceptance import MAX_ACCEPT, inverse_log, tree_acceptance
 from simctl.sim.state import StepState
-from simctl.traces.io import Trace
+from simctl.traces.io import Trace, list_arrays
 from simctl.traces.schema import bucket_column
 
-_MAX_ACCEPT = 1.0 - 1e-12  # as sim.acceptance: numpy's log(1) would divide by zero
 # A mean acceptance below this counts as 0 (its buckets are then not used: a ratio to it
 # would overflow)
 MEAN_FLOOR = 1e-12
@@ -113,13 +112,13 @@ class PositionAcceptance:
         whose first iteration is their prefill pass (one token)."""
         st = self.state
         n, k = len(rids), iterations
-        a_row = np.minimum(np.maximum(np.asarray(alpha, dtype=np.float64), 0.0), _MAX_ACCEPT)
+        a_row = np.minimum(np.maximum(np.asarray(alpha, dtype=np.float64), 0.0), MAX_ACCEPT)
         g = np.asarray(gamma, dtype=np.int64)
         u = rng.random((n, k), dtype=np.float32)  # (the uniforms sample_tokens draws)
         with np.errstate(divide="ignore"):  # (U = 0: -inf, see _tokens)
             lnu = np.log(u)
         top = (g + 1).astype(np.float32)[:, None]
-        tokens = _tokens(lnu, _inverse_log(a_row)[:, None], top)
+        tokens = _tokens(lnu, inverse_log(a_row)[:, None], top)
         if first_plain is not None and k and first_plain.any():
             tokens[first_plain, 0] = 1
         lookup = self._lookup(rids, methods)
@@ -201,7 +200,7 @@ def _settle(
     if (w > 1).any():
         d = depth[row]
         a = np.where(w > 1, tree_acceptance(a, d, w, w * d), a)
-    inv = _inverse_log(np.minimum(a, _MAX_ACCEPT))
+    inv = inverse_log(np.minimum(a, MAX_ACCEPT))
     base, last = base[:-1], (cnt - 1).astype(np.int32)
     pos0 = start.astype(np.int32)
     # the first pass, dense (most iterations of a long block may sit past a boundary),
@@ -246,24 +245,14 @@ def _buckets_along(tokens: np.ndarray, pos0: np.ndarray, bucket_tokens: int, las
 def _ratios(arr: pa.Array, mean: np.ndarray) -> _MethodBuckets:
     """Bucket values over the row's mean; 1 where the mean is 0 (below MEAN_FLOOR: the
     mean says the row never accepts, and it keeps that whatever its buckets say)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
-    values = arr.values.to_numpy(zero_copy_only=False).astype(np.float64)
-    base = offsets[0]
-    values, offsets = values[base : offsets[-1]], offsets - base
+    values, offsets = list_arrays(arr)
+    values = values.astype(np.float64)
     counts = np.diff(offsets)
     row = np.repeat(np.arange(len(counts)), counts)
     m = mean[row]
     some = m > MEAN_FLOOR
     ratio = np.where(some, values / np.where(some, m, 1.0), 1.0)
     return _MethodBuckets(ratio, offsets, counts)
-
-
-def _inverse_log(a: np.ndarray) -> np.ndarray:
-    """1 / ln a in float32 (0 where a = 0: no draft is ever accepted), as sample_tokens."""
-    with np.errstate(divide="ignore"):
-        return np.where(a > 0, 1.0 / np.log(np.maximum(a, 1e-300)), 0.0).astype(np.float32)
 
 
 def _tokens(lnu: np.ndarray, inv: np.ndarray, top: np.ndarray) -> np.ndarray:

@@ -45,11 +45,7 @@ class Trace:
 
     def token_arrays(self, column: str) -> tuple[np.ndarray, np.ndarray]:
         """(values, offsets) of a list column in row order: row i is values[off[i]:off[i+1]]."""
-        arr = self.lists[column]
-        offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
-        values = arr.values.to_numpy(zero_copy_only=False)
-        base = offsets[0]
-        return values[base : offsets[-1]], offsets - base
+        return list_arrays(self.lists[column])
 
     def has_tokens(self) -> bool:
         return "response_tokens" in self.lists
@@ -128,3 +124,14 @@ def read_trace(path: str | Path, columns: list[str] | None = None) -> Trace:
     if "finish_reason" in df.columns:
         df["finish_reason"] = df["finish_reason"].astype("category")
     return Trace(df=df, meta=meta, lists=lists, path=Path(path))
+
+
+def list_arrays(arr: pa.ListArray | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets) of a list array: row i is values[off[i]:off[i+1]], offsets from 0
+    (a sliced or taken array's start is dropped)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = arr.values.to_numpy(zero_copy_only=False)
+    base = offsets[0]
+    return values[base : offsets[-1]], offsets - base

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simctl.policies.suffix_tree import DraftRule
-from simctl.sim.acceptance import _MAX_ACCEPT, expected_tokens, sample_tokens, tree_acceptance
+from simctl.sim.acceptance import MAX_ACCEPT, expected_tokens, sample_tokens, tree_acceptance
 from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import CostModelError, RooflineCostModel, _eagle_pass, load_cost_model
 from simctl.sim.models import get_model
@@ -25,7 +25,7 @@ def sample_tokens_reference(
     rng: np.random.Generator, alpha: np.ndarray, gamma: np.ndarray, iterations: int
 ) -> np.ndarray:
     """sample_tokens as it was before its speed changes (new log array, scalar clamp)."""
-    a = np.minimum(np.maximum(np.asarray(alpha, dtype=np.float64), 0.0), _MAX_ACCEPT)
+    a = np.minimum(np.maximum(np.asarray(alpha, dtype=np.float64), 0.0), MAX_ACCEPT)
     g = np.asarray(gamma, dtype=np.int64)
     u = rng.random((len(a), iterations), dtype=np.float32)
     with np.errstate(divide="ignore"):
