@@ -52,9 +52,23 @@ def trace_group() -> None:
     help="Write acceptance by response position (accept_<method>_buckets), which replay draws from "
     "[default: only for --scale <= 0.05 or --tokens].",
 )
+@click.option(
+    "--steps-per-epoch",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Steps per pass over the prompt set [default: the preset's]. A short trace needs a small "
+    "value to reach the epochs where prompts come back (RhymeRL's history drafting acts only there).",
+)
 @click.option("-o", "--output", type=PathArg(dir_okay=False, path_type=Path), required=True)
 def gen_cmd(
-    preset: str, steps: int, seed: int, scale: float, tokens: bool, buckets: bool | None, output: Path
+    preset: str,
+    steps: int,
+    seed: int,
+    scale: float,
+    tokens: bool,
+    buckets: bool | None,
+    steps_per_epoch: int | None,
+    output: Path,
 ) -> None:
     """Write a synthetic trace calibrated to one of the papers' workloads."""
     from simctl.traces.generate import write_generated
@@ -62,7 +76,14 @@ def gen_cmd(
     check_output_file(output, what="trace", kind="parquet")
     try:
         path = write_generated(
-            output, preset=preset, steps=steps, seed=seed, scale=scale, tokens=tokens, buckets=buckets
+            output,
+            preset=preset,
+            steps=steps,
+            seed=seed,
+            scale=scale,
+            tokens=tokens,
+            buckets=buckets,
+            steps_per_epoch=steps_per_epoch,
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None

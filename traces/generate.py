@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -462,6 +462,7 @@ def generate_trace(
     scale: float = 1.0,
     tokens: bool = False,
     buckets: bool | None = None,
+    steps_per_epoch: int | None = None,
 ) -> tuple[pd.DataFrame, TraceMeta, dict[str, pa.Array]]:
     """(scalar columns, provenance, list columns) of a synthetic trace.
 
@@ -472,8 +473,16 @@ def generate_trace(
     as `lists=` to traces.io.write_trace. `buckets`: write the position buckets (None:
     for small traces and token traces only, since a full-scale step's buckets are a few
     million values; a replay draws each verify iteration at its position's bucket).
+    `steps_per_epoch`: steps per pass over the prompt set, replacing the preset's (None
+    keeps it; a preset without epochs never repeats a prompt). A short trace needs a small
+    value to reach the later epochs, where the prompts come back: history drafting and
+    length-history scheduling (RhymeRL) act only there.
     """
     p = get_preset(preset) if isinstance(preset, str) else preset
+    if steps_per_epoch is not None:
+        if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
+            raise ValueError(f"steps_per_epoch must be an integer >= 1, got {steps_per_epoch!r}")
+        p = replace(p, steps_per_epoch=steps_per_epoch)
     _check_args(steps, seed, scale)
     check_size(p, steps, scale)
     lay = _layout(p, int(steps), scale, _rng(seed, _LAYOUT))
@@ -513,7 +522,11 @@ def write_generated(
     scale: float = 1.0,
     tokens: bool = False,
     buckets: bool | None = None,
+    steps_per_epoch: int | None = None,
 ) -> Path:
-    """Generate and write atomically; the file's metadata names the preset, seed and scale."""
-    df, meta, lists = generate_trace(preset, steps, seed, scale=scale, tokens=tokens, buckets=buckets)
+    """Generate and write atomically; the file's metadata names the preset, seed and scale
+    (and the steps per epoch it used)."""
+    df, meta, lists = generate_trace(
+        preset, steps, seed, scale=scale, tokens=tokens, buckets=buckets, steps_per_epoch=steps_per_epoch
+    )
     return write_trace(path, df, meta, lists=lists)

@@ -226,6 +226,68 @@ def test_epochs_repeat_prompts() -> None:
     assert h[0] < 0.1 < 0.5 < h[1]
 
 
+@settings(max_examples=8, deadline=None)
+@given(
+    spe=st.integers(1, 4),
+    steps=st.integers(1, 7),
+    preset=st.sampled_from(["rhymerl-math-14b-16k", "seer-kimi-k2-96k"]),
+)
+def test_steps_per_epoch_replaces_the_presets(spe: int, steps: int, preset: str) -> None:
+    """Step s is in epoch s // spe; every epoch draws from the same spe * n prompts (a preset
+    without epochs gets them too), so an epoch after the first repeats only prompts the
+    first had; the metadata records the value used."""
+    df, meta, _ = generate_trace(preset, steps=steps, seed=0, scale=SMALL[preset], steps_per_epoch=spe)
+    check_invariants(preset, df, steps, SMALL[preset])
+    epoch = df.groupby("step")["epoch"].first()
+    assert epoch.tolist() == [s // spe for s in range(steps)]
+    n = df.groupby("step")["prompt_id"].nunique().iloc[0]
+    assert set(df["prompt_id"]) <= set(range(spe * n))
+    first = set(df.loc[df["epoch"] == 0, "prompt_id"])
+    assert set(df.loc[df["epoch"] > 0, "prompt_id"]) <= first
+    assert meta.notes["steps_per_epoch"] == spe
+
+
+def test_one_step_per_epoch_brings_every_prompt_back_with_its_history() -> None:
+    """`steps_per_epoch=1`: each step is a new epoch over the same prompts, so a 3-step
+    trace has history acceptance from its second step (what the bundled RhymeRL sample
+    is generated with); the default keeps the preset's 32 steps per epoch (all epoch 0)."""
+    df, _, _ = generate_trace("rhymerl-math-14b-16k", steps=3, seed=0, scale=0.02, steps_per_epoch=1)
+    per_step = df.groupby("step")["prompt_id"].apply(frozenset)
+    assert per_step[0] == per_step[1] == per_step[2]
+    h = df.groupby("epoch")["accept_history"].mean()
+    assert h[0] < 0.1 < 0.5 < h[1] <= h[2]
+    default, _, _ = generate_trace("rhymerl-math-14b-16k", steps=3, seed=0, scale=0.02)
+    assert (default["epoch"] == 0).all()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_bad_steps_per_epoch(bad: object) -> None:
+    with pytest.raises(ValueError, match=rf"steps_per_epoch must be an integer >= 1, got {bad!r}"):
+        generate_trace("dapo-32b-20k", steps=1, seed=0, scale=0.01, steps_per_epoch=bad)  # type: ignore[arg-type]
+
+
+def test_steps_per_epoch_from_the_cli(tmp_path) -> None:
+    out = tmp_path / "t.parquet"
+    base = [
+        "trace",
+        "gen",
+        "--preset",
+        "rhymerl-math-14b-16k",
+        "--steps",
+        "2",
+        "--scale",
+        "0.02",
+        "-o",
+        str(out),
+    ]
+    result = CliRunner().invoke(main, [*base, "--steps-per-epoch", "1"])
+    assert result.exit_code == 0, result.output
+    assert read_trace(out).df.groupby("step")["epoch"].first().tolist() == [0, 1]
+    result = CliRunner().invoke(main, [*base, "--steps-per-epoch", "0"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--steps-per-epoch': 0 is not in the range x>=1." in result.output
+
+
 def test_fresh_prompts_without_epochs() -> None:
     df, _, _ = small("seer-kimi-k2-96k", steps=3)
     assert (df["epoch"] == 0).all()
