@@ -304,7 +304,7 @@ class Result:
 def replay(
     trace: Trace | str | Path,
     policies: PolicyLike | Sequence[PolicyLike],
-    cluster: str = "h100x512",
+    cluster: str | Path | None = None,
     steps: int | str | Sequence[int] | None = None,
     seed: int = 0,
     profile: str | Path | None = None,
@@ -314,15 +314,18 @@ def replay(
     per_iteration: bool = False,
 ) -> Result:
     """Replay `trace` (a Trace or a trace file) under each policy on `cluster`, as `simctl
-    replay` does; `steps`: all, N, "A:B" or a list of step numbers."""
-    from simctl.replay_cmd import run_document
+    replay` does; `steps`: all, N, "A:B" or a list of step numbers. `cluster` None: the
+    layout the trace's metadata records (a generated trace's paper layout), else h100x512,
+    as `simctl replay` without --cluster."""
+    from simctl.replay_cmd import run_document, trace_cluster
     from simctl.traces.cli_options import MAX_NUM_SEQS_LIMIT, MAX_SEED
 
     _integer(seed, "seed", 0, MAX_SEED)
     _integer(max_num_seqs, "max_num_seqs", 1, MAX_NUM_SEQS_LIMIT)
-    if not isinstance(cluster, str | Path):
+    if cluster is not None and not isinstance(cluster, str | Path):
         raise ValueError(f"cluster {cluster!r} is not a layout name or a cluster file")
     loaded = revalidated(trace) if isinstance(trace, Trace) else load_trace(_path(trace, "trace"))
+    cluster, _ = trace_cluster(loaded.meta.cluster, None if cluster is None else str(cluster))
     source = "trace" if isinstance(trace, Trace) else f"trace {trace}"
     model_spec = model_of_trace(loaded.meta, source, None if model is None else str(_path(model, "model")))
     spec = parse_cluster(cluster)

@@ -46,6 +46,21 @@ def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert json.loads((tmp_path / "api_timeline.json").read_text())["traceEvents"]
 
 
+def test_cluster_defaults_to_the_traces_recorded_layout() -> None:
+    """As `simctl replay` without --cluster: the layout the trace records (this sample's
+    paper layout, 8 A100s), else h100x512; and the same numbers as naming it."""
+    from simctl.sim.cluster import parse_cluster
+
+    trace = simctl.load_trace(SAMPLE)
+    assert trace.meta.cluster == "a100x8:tp1"
+    default = simctl.replay(trace, "verl", steps=0)
+    assert default.setup.cluster == parse_cluster("a100x8:tp1")
+    named = simctl.replay(trace, "verl", cluster="a100x8:tp1", steps=0)
+    pd.testing.assert_frame_equal(default.steps, named.steps)
+    unrecorded = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, cluster=None))
+    assert simctl.replay(unrecorded, "verl", steps=0).setup.cluster == parse_cluster("h100x512")
+
+
 def test_frames(result: simctl.Result) -> None:
     steps = result.steps
     assert list(steps[["policy", "step"]].itertuples(index=False, name=None)) == [

@@ -226,7 +226,7 @@ def test_generated_trace_records_its_scaled_layout_and_replay_uses_it(tmp_path) 
 
 
 def test_bundled_sample_without_layout_replays_on_the_default(tmp_path) -> None:
-    sample = SAMPLES / "efficientrollout-qwen7b-8k-6steps.parquet"
+    sample = SAMPLES / "dapo-32b-20k-2steps.parquet"
     assert read_trace(sample).meta.cluster is None
     out = tmp_path / "run.json"
     res = CliRunner().invoke(

@@ -988,7 +988,7 @@ def test_profile_without_a_policys_drafter_is_refused_before_running(tmp_path: P
     """A profile with no measurements of a drafter a policy declares it drafts with is
     refused when the spec is checked (not when the point first drafts, minutes in)."""
     trace = ROOT / "traces/samples/rhymerl-math-14b-16k-tokens.parquet"
-    doc = {**_profile_doc(), "model": "Qwen2.5-14B"}
+    doc = {**_profile_doc(), "model": "Qwen3-14B"}  # the sample's model
     (tmp_path / "p.json").write_text(json.dumps(doc))
     path = tmp_path / "sweep.toml"
     path.write_text(

@@ -124,14 +124,25 @@ SAMPLE_TRACE = (
 
 @pytest.fixture(scope="session")
 def wide_report(tmp_path_factory) -> Path:
-    """index.html over `simctl replay` of a bundled trace on its 128-worker layout, one step:
+    """index.html over `simctl replay` of a bundled trace on 512 H100s (128 workers), one step:
     more workers than a timeline shows at once."""
     from click.testing import CliRunner
 
     from simctl.cli import main
 
     root = tmp_path_factory.mktemp("wide")
-    args = ["replay", str(SAMPLE_TRACE), "--steps", "0", "--policy", "verl", "--policy", "ngram"]
+    args = [
+        "replay",
+        str(SAMPLE_TRACE),
+        "--cluster",
+        "h100x512",
+        "--steps",
+        "0",
+        "--policy",
+        "verl",
+        "--policy",
+        "ngram",
+    ]
     res = CliRunner().invoke(main, [*args, "--out", str(root / "run")])
     assert res.exit_code == 0, res.output
     return build_report([root / "run"], root / "report")

@@ -77,7 +77,7 @@ def test_declared_drafter_missing_is_refused_before_the_run(tmp_path: Path) -> N
     trace = SAMPLE.parent / "rhymerl-math-14b-16k-tokens.parquet"
     doc = json.loads(_profile(tmp_path).read_text())
     profile = tmp_path / "p.json"
-    profile.write_text(json.dumps({**doc, "model": "Qwen2.5-14B"}))
+    profile.write_text(json.dumps({**doc, "model": "Qwen3-14B"}))  # the sample's model
     out = tmp_path / "run"
     args = ["replay", str(trace), "--cluster", "h100x8:tp1", "--profile", str(profile), "--out", str(out)]
     result = CliRunner().invoke(main, [*args, "--policy", "rhymerl"])
