@@ -24,14 +24,18 @@ def top_decile_token_share(lengths: np.ndarray) -> float:
 
 
 def step_summary(trace: Trace) -> pd.DataFrame:
-    """One row per step: counts, length percentiles, clip fraction, tail share, acceptance."""
+    """One row per step: its epoch (where the trace has the column: history drafting and
+    length-history scheduling act from the second), counts, length percentiles, clip
+    fraction, tail share, acceptance."""
     df = trace.df
     methods = acceptance_methods(list(df.columns))
     rows = []
     for step, g in df.groupby("step", sort=True):
         lens = g["response_len"].to_numpy()
-        row: dict[str, float | int] = {
-            "step": int(step),
+        row: dict[str, float | int] = {"step": int(step)}
+        if "epoch" in g.columns:
+            row["epoch"] = int(g["epoch"].max())  # (a step's latest epoch, if it spans two)
+        row |= {
             "requests": len(g),
             "groups": int(g["prompt_id"].nunique()),
             "group_size": int(g.groupby("prompt_id").size().max()),

@@ -3,6 +3,7 @@ never a traceback; and round-trips of valid traces."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -201,6 +202,19 @@ def test_inspect_prints_summary_and_writes_plot(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "p99" in result.output and "clip_frac" in result.output and "acc_ngram" in result.output
     assert png.stat().st_size > 5000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_inspect_shows_each_steps_epoch() -> None:
+    """The RhymeRL sample's steps are epochs 0, 1, 2 (history drafting acts from the
+    second); a trace without the column has no epoch column."""
+    from simctl.traces.inspect import step_summary
+
+    rh = read_trace(Path(__file__).parents[2] / "traces/samples/rhymerl-math-14b-16k-tokens.parquet")
+    summary = step_summary(rh)
+    assert summary.columns[:2].tolist() == ["step", "epoch"]
+    assert summary["epoch"].tolist() == [0, 1, 2]
+    no_epoch = dataclasses.replace(rh, df=rh.df.drop(columns=["epoch"]))
+    assert "epoch" not in step_summary(no_epoch).columns
 
 
 def test_inspect_numbers(tmp_path: Path) -> None:
