@@ -86,6 +86,9 @@ from simctl.traces.schema import FINISH_REASONS, KNOWN_METHODS, TraceMeta, accep
 
 GENERATOR_VERSION = 1
 MAX_TOKEN_IDS = 50_000_000  # tokens=True refuses traces above this (memory ~ 4 bytes per id)
+# The most distinct prompts --steps-per-epoch may ask for (each epoch shuffles them all; real
+# RL prompt sets hold thousands to tens of thousands: DAPO-Math-17K, RhymeRL's 8K set).
+MAX_PROMPT_SET = 10_000_000
 BUCKET_SCALE_LIMIT = 0.05  # position buckets are emitted only for small traces (or tokens)
 
 # Rewards (all assumed: the papers show reward curves but no per-response model).
@@ -479,11 +482,17 @@ def generate_trace(
     length-history scheduling (RhymeRL) act only there.
     """
     p = get_preset(preset) if isinstance(preset, str) else preset
+    _check_args(steps, seed, scale)
     if steps_per_epoch is not None:
         if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be an integer >= 1, got {steps_per_epoch!r}")
+        prompts = max(1, round(p.prompts_per_step * scale)) * steps_per_epoch
+        if prompts > MAX_PROMPT_SET:  # (each epoch shuffles the whole set)
+            raise ValueError(
+                f"steps_per_epoch {steps_per_epoch} makes a prompt set of {prompts:,} prompts, more than "
+                f"{MAX_PROMPT_SET:,}: pass a smaller --steps-per-epoch"
+            )
         p = replace(p, steps_per_epoch=steps_per_epoch)
-    _check_args(steps, seed, scale)
     check_size(p, steps, scale)
     lay = _layout(p, int(steps), scale, _rng(seed, _LAYOUT))
     ln = _lengths(p, lay, _rng(seed, _LENGTH))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simctl.cli import main
-from simctl.traces.generate import MAX_TOKEN_IDS, VOCAB, generate_trace, write_generated
+from simctl.traces.generate import MAX_PROMPT_SET, MAX_TOKEN_IDS, VOCAB, generate_trace, write_generated
 from simctl.traces.io import read_trace
 from simctl.traces.presets import ACCEPT_BUCKET_TOKENS, PRESETS, get_preset
 from simctl.traces.schema import (
@@ -264,6 +264,21 @@ def test_one_step_per_epoch_brings_every_prompt_back_with_its_history() -> None:
 def test_bad_steps_per_epoch(bad: object) -> None:
     with pytest.raises(ValueError, match=rf"steps_per_epoch must be an integer >= 1, got {bad!r}"):
         generate_trace("dapo-32b-20k", steps=1, seed=0, scale=0.01, steps_per_epoch=bad)  # type: ignore[arg-type]
+
+
+def test_a_huge_epoch_is_refused_before_any_work() -> None:
+    """A prompt set past MAX_PROMPT_SET (each epoch shuffles all of it) is one line, not a
+    shuffle of 10^15 ids."""
+    with pytest.raises(ValueError) as info:
+        generate_trace("dapo-32b-20k", steps=1, seed=0, scale=0.01, steps_per_epoch=10**15)
+    assert str(info.value) == (
+        "steps_per_epoch 1000000000000000 makes a prompt set of 10,000,000,000,000,000 prompts, "
+        "more than 10,000,000: pass a smaller --steps-per-epoch"
+    )
+    df, _, _ = generate_trace(
+        "dapo-32b-20k", steps=1, seed=0, scale=0.01, steps_per_epoch=MAX_PROMPT_SET // 10
+    )
+    assert len(df) > 0
 
 
 def test_steps_per_epoch_from_the_cli(tmp_path) -> None:
