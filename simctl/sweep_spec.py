@@ -5,7 +5,7 @@
     [sweep]
     traces = ["traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"]
     steps = "0:2"                  # or a list: ["0:2", "2:4"]; default every step
-    clusters = ["a100x8:tp1"]      # default ["h100x512"]
+    clusters = ["a100x8:tp1"]      # default ["trace"]: each trace's recorded layout, else h100x512
     models = ["trace", "gpt-oss-120b"]  # optional: targets to replay with ("trace": its own)
     max_num_seqs = [64, 256]       # engine batch limit per worker; default [256] (vLLM's)
     profile = "h100-qwen7b.json"   # optional: measured costs (`simctl calibrate`), not the roofline;
@@ -64,6 +64,7 @@ from simctl.policies.compose import drafting_gap
 from simctl.policies.family import Family
 from simctl.policies.params import INT64_MAX, INT64_MIN, ParamError, PolicySpecError
 from simctl.policies.registry import REGISTRY
+from simctl.replay_cmd import trace_cluster
 from simctl.sim.cluster import ClusterSpec, parse_cluster
 from simctl.sim.cost_model import (
     CostModelError,
@@ -89,7 +90,9 @@ AXES = ("traces", "steps", "clusters", "models", "max_num_seqs", "seeds")
 DEFAULT_MAX_NUM_SEQS = EngineConfig().max_num_seqs
 # `models` entry naming each trace's own model (a config folder called so: "./trace")
 TRACE_MODEL = "trace"
-DEFAULT_CLUSTER = "h100x512"
+# `clusters` entry naming each trace's recorded layout (`simctl replay`'s default: a generated
+# trace's paper layout), else DEFAULT_CLUSTER; the points record the layout itself
+TRACE_LAYOUT = "trace"
 ALL_STEPS = "all"
 STEPS_TEXT = r"[0-9]{0,18}:[0-9]{0,18}|[0-9]{1,18}"  # N or A:B (a step fits 63 bits)
 ZIP = "zip"
@@ -108,7 +111,7 @@ class Point:
     trace: str  # as written in the spec
     trace_path: str  # resolved, absolute
     steps: str  # "A:B", "N" or "all"
-    cluster: str  # as written in the spec
+    cluster: str  # as written in the spec ("trace": the layout the trace records)
     cluster_arg: str  # what parse_cluster reads (a relative TOML file resolved)
     policy: str  # family name
     params: tuple[tuple[str, Any], ...]  # given parameters, declaration order
@@ -236,7 +239,7 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     axes: dict[str, list[Any]] = {
         "traces": checker.strings(sweep["traces"], "sweep.traces"),
         "steps": [str(s) for s in checker.steps(sweep.get("steps", ALL_STEPS))],
-        "clusters": checker.strings(sweep.get("clusters", DEFAULT_CLUSTER), "sweep.clusters"),
+        "clusters": checker.strings(sweep.get("clusters", TRACE_LAYOUT), "sweep.clusters"),
         "models": checker.models(sweep["models"]) if "models" in sweep else [""],
         "max_num_seqs": checker.batch_limits(sweep.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)),
         "seeds": checker.seeds(sweep.get("seeds", 0)),
@@ -245,6 +248,10 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     policies = checker.policies(checker.table(raw["policies"], "policies"))
     own = "" in axes["models"]  # (some points replay the trace's own model)
     traces = {label: checker.trace(label, f"sweep.traces = {label!r}", own) for label in axes["traces"]}
+    layout = {label: recorded_layout(trace) for label, trace in traces.items()}
+    concrete = [c for c in axes["clusters"] if c != TRACE_LAYOUT]
+    if TRACE_LAYOUT in axes["clusters"]:
+        concrete += [layout[t] for t in axes["traces"]]
     resolved = {label: checker.model(label) for label in axes["models"] if label}
     models = {label: record for label, (record, _) in resolved.items()}
     # every target, as points name it: (model label, trace label ("" but for a trace's own
@@ -256,7 +263,7 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     priced: dict[tuple[str, str, str], SweepProfile] = {}
     # what a cluster and a target are whatever their spelling ("a100x8" is "A100x8:tp1")
     clusters: dict[str, str] = {}
-    for label in axes["clusters"]:
+    for label in dict.fromkeys(concrete):
         cluster = checker.cluster(label, [target for _, _, target in named])
         clusters[label] = json.dumps({**cluster.to_dict(), "source": None}, sort_keys=True)
         for model, trace_label, target in named if profiles else []:
@@ -269,6 +276,8 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     points, same = [], []
     for combo in _combinations(axes, groups):
         trace = combo["traces"]
+        if combo["clusters"] == TRACE_LAYOUT:
+            combo = {**combo, "clusters": layout[trace]}
         chosen = checker.select_steps(combo["steps"], trace, traces[trace])
         profile = None
         if profiles:
@@ -289,6 +298,13 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
                 raise SweepSpecError(f"{path}: more than {MAX_POINTS} points; split the sweep")
     _check_unique(path, points, same)
     return SweepSpec(path=path, points=points, traces=traces)
+
+
+def recorded_layout(trace: Trace) -> str:
+    """The cluster a trace's points run on under `clusters = ["trace"]`: the layout its
+    metadata records (`trace gen` writes its preset's paper layout), else DEFAULT_CLUSTER,
+    as `simctl replay` without --cluster."""
+    return trace_cluster(trace.meta.cluster, None)[0]
 
 
 def _check_unique(path: Path, points: list[Point], simulations: list[tuple[Any, ...]]) -> None:

@@ -64,3 +64,4 @@ def test_readme_sweep_example_is_a_valid_spec(tmp_path: Path) -> None:
     assert len(points) == 64
     assert {p.max_num_seqs for p in points} == {16, 256}
     assert {p.model for p in points} == {"", "Qwen3-30B-A3B"}  # "": the trace's own
+    assert {p.cluster for p in points} == {"a100x8:tp1", "a100x16:tp1"}  # "trace": the sample's layout

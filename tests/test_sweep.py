@@ -549,6 +549,30 @@ def test_out_must_be_a_sweep_directory(spec_path: Path, tmp_path: Path) -> None:
         assert "not a sweep directory" in line and os.listdir(other) == [damaged]
 
 
+def test_clusters_default_to_each_traces_recorded_layout(tmp_path: Path) -> None:
+    """As `simctl replay` without --cluster: `clusters` left out (or "trace") runs each
+    trace on the layout its metadata records, else h100x512, and the points name the
+    layout; the recorded layout named again is the same simulation, refused in one line."""
+    dapo = str(ROOT / "traces/samples/dapo-32b-20k-2steps.parquet")
+    path = tmp_path / "sweep.toml"
+    sweep = {"traces": [str(ROOT / SAMPLE), dapo], "steps": "0:1"}
+
+    def layouts(**extra: object) -> list[tuple[str, str]]:
+        points = spec_from_data({"sweep": {**sweep, **extra}, "policies": {"verl": {}}}, path).points
+        return [(Path(p.trace_path).name, p.cluster) for p in points]
+
+    ours, theirs = Path(SAMPLE).name, Path(dapo).name
+    assert layouts() == [(ours, "a100x8:tp1"), (theirs, "h100x512")]
+    assert layouts(clusters=["trace", "h100x8:tp1"]) == [
+        (ours, "a100x8:tp1"),
+        (ours, "h100x8:tp1"),
+        (theirs, "h100x512"),
+        (theirs, "h100x8:tp1"),
+    ]
+    with pytest.raises(SweepSpecError, match=r"cluster=a100x8:tp1 .* appears twice"):
+        layouts(traces=[str(ROOT / SAMPLE)], clusters=["trace", "a100x8:tp1"])
+
+
 def test_relative_trace_falls_back_to_the_current_directory(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     path = tmp_path / "sweep.toml"
