@@ -20,8 +20,9 @@ from those CPU seconds on 1, 2 and 64 workers (target <= 10 min on 2).
 
 The Seer variants are also measured on the Seer presets themselves: one generated step
 (lengths only, seed 0) of seer-moonlight-64k and seer-qwen2vl-72b-40k on the layout each
-preset records, and the bundled Seer token sample (exact grouped-drafter replay over token
-ids; a small trace, so its verl baseline is hundredths of a second).
+preset records, and the bundled Seer token sample on the layout it records (two H800
+workers; exact grouped-drafter replay over token ids; a small trace, so its verl baseline
+is hundredths of a second).
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ DEFAULT_MAX_NUM_SEQS = EngineConfig().max_num_seqs
 # `models` entry naming each trace's own model (a config folder called so: "./trace")
 TRACE_MODEL = "trace"
 # `clusters` entry naming each trace's recorded layout (`simctl replay`'s default: a generated
-# trace's paper layout), else DEFAULT_CLUSTER; the points record the layout itself
+# trace's paper layout), else h100x512; the points record the layout itself
 TRACE_LAYOUT = "trace"
 ALL_STEPS = "all"
 STEPS_TEXT = r"[0-9]{0,18}:[0-9]{0,18}|[0-9]{1,18}"  # N or A:B (a step fits 63 bits)
@@ -302,8 +302,8 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
 
 def recorded_layout(trace: Trace) -> str:
     """The cluster a trace's points run on under `clusters = ["trace"]`: the layout its
-    metadata records (`trace gen` writes its preset's paper layout), else DEFAULT_CLUSTER,
-    as `simctl replay` without --cluster."""
+    metadata records (`trace gen` writes its preset's paper layout), else replay's default
+    (h100x512), as `simctl replay` without --cluster."""
     return trace_cluster(trace.meta.cluster, None)[0]
 
 
