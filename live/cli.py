@@ -386,6 +386,8 @@ def run_with_progress(
     runtime: RuntimeFactory | None,
 ) -> tuple[list[LiveRun], str | None]:
     """Every policy in turn, with a progress bar per policy (on a terminal)."""
+    from rich.markup import escape
+
     from simctl.live.session import run_policies
 
     total = workload.num_requests
@@ -394,14 +396,14 @@ def run_with_progress(
 
         def on_progress(name: str, ex: LiveExecutor) -> None:
             if name not in tasks:
-                tasks[name] = bar.add_task(name, total=total, rate="")
+                tasks[name] = bar.add_task(escape(name), total=total, rate="")  # (as text, not markup)
             done = sum(r.n_requests for r in ex.records)
             done += sum(r.state == "finished" for r in ex.requests[: ex.n_requests])
             tokens = sum(r.generated for r in ex.requests)
             bar.update(
                 tasks[name],
                 completed=done,
-                description=f"{name} step {ex.step_no}",
+                description=f"{escape(name)} step {ex.step_no}",
                 rate=f"{tokens} tok, {ex.now:.1f} s",
             )
 

@@ -177,6 +177,7 @@ def write_outputs(
 def print_table(doc: RunDoc) -> None:
     """Means over steps of each policy's headline metrics."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="live rollout (means over steps)")
@@ -187,7 +188,7 @@ def print_table(doc: RunDoc) -> None:
         n = max(len(steps), 1)
         acc = [x["mean_accept_len"] for x in steps if x["mean_accept_len"] is not None]
         table.add_row(
-            name,
+            escape(name),  # (a plug-in's name is text, not markup)
             f"{s['mean_rollout_makespan_s']:.2f}",
             f"{sum(x['throughput_tok_s'] for x in steps) / n:.1f}",
             f"{sum(x['tail_time_s'] for x in steps) / n:.2f}",

@@ -132,6 +132,7 @@ def validate_cmd(trace: Path) -> None:
 def inspect_cmd(trace: Path, plot: Path | None) -> None:
     """Per-step lengths, clip fraction, tail share and acceptance of a trace."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from simctl.traces.inspect import plot_lengths, position_summary, step_summary
@@ -150,10 +151,15 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     console = Console(width=None if sys.stdout.isatty() else 200)
     # (a model outside the catalogue says which family its carried config is)
     model = m.model if m.model_config is None else f"{m.model} ({m.model_config.get('model_type')} config)"
+    layout = m.cluster if isinstance(m.cluster, str) and m.cluster.strip() else "none (replay: h100x512)"
+    # (the path and the metadata are the user's text, not markup: "[/]" in one is no error)
     console.print(
-        f"[bold]{trace}[/]  preset={m.preset} seed={m.seed} model={model} hardware={m.hardware} "
-        f"T={m.temperature} group_size={m.group_size} source={m.source} "
-        f"tokens={'yes' if tr.has_tokens() else 'no'}"
+        f"[bold]{escape(str(trace))}[/]  "
+        + escape(
+            f"preset={m.preset} seed={m.seed} model={model} hardware={m.hardware} T={m.temperature} "
+            f"group_size={m.group_size} source={m.source} tokens={'yes' if tr.has_tokens() else 'no'} "
+            f"layout={layout}"
+        )
     )
     summary = step_summary(tr)
     table = Table(show_lines=False)
@@ -176,7 +182,7 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
         console.print(positions)
     if plot:
         plot_lengths(tr, plot)
-        console.print(f"wrote {plot}")
+        console.print(f"wrote {escape(str(plot))}")
 
 
 def _fmt(v: object) -> str:
