@@ -123,9 +123,12 @@ def main() -> int:
         return 0
     before = json.loads(args.compare.read_text())
     bad = [k for k in out if k in before and _rollout(before[k], args.loose) != _rollout(out[k], args.loose)]
+    new = [k for k in out if k not in before]  # (a sample or policy the baseline lacks)
     for k in bad:
         print(f"DIFFERENT {k}")
-    print(f"{len(out) - len(bad)} of {len(out)} identical")
+    compared = len(out) - len(new)
+    missing = f"; {len(new)} not in {args.compare}" if new else ""
+    print(f"{compared - len(bad)} of {compared} identical{missing}")
     return 1 if bad else 0
 
 
