@@ -35,6 +35,7 @@ from simctl.traces.cli_options import (
 from simctl.traces.outputs import check_distinct, check_output_dir, check_output_file
 from simctl.traces.plugins import make_policy
 from simctl.traces.run_format import check_replaceable
+from simctl.traces.terminal import rich_text
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -386,7 +387,6 @@ def run_with_progress(
     runtime: RuntimeFactory | None,
 ) -> tuple[list[LiveRun], str | None]:
     """Every policy in turn, with a progress bar per policy (on a terminal)."""
-    from rich.markup import escape
 
     from simctl.live.session import run_policies
 
@@ -396,14 +396,14 @@ def run_with_progress(
 
         def on_progress(name: str, ex: LiveExecutor) -> None:
             if name not in tasks:
-                tasks[name] = bar.add_task(escape(name), total=total, rate="")  # (as text, not markup)
+                tasks[name] = bar.add_task(rich_text(name), total=total, rate="")  # (as text, not markup)
             done = sum(r.n_requests for r in ex.records)
             done += sum(r.state == "finished" for r in ex.requests[: ex.n_requests])
             tokens = sum(r.generated for r in ex.requests)
             bar.update(
                 tasks[name],
                 completed=done,
-                description=f"{escape(name)} step {ex.step_no}",
+                description=f"{rich_text(name)} step {ex.step_no}",
                 rate=f"{tokens} tok, {ex.now:.1f} s",
             )
 

@@ -31,6 +31,7 @@ from simctl.sim.model_config import model_from_config
 from simctl.sim.models import get_model, model_record
 from simctl.traces.chrome_trace import write_run_chrome_trace
 from simctl.traces.run_format import RunDoc
+from simctl.traces.terminal import rich_text
 
 
 def model_name(loaded: LoadedModel, model_arg: str) -> str:
@@ -177,7 +178,6 @@ def write_outputs(
 def print_table(doc: RunDoc) -> None:
     """Means over steps of each policy's headline metrics."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="live rollout (means over steps)")
@@ -188,7 +188,7 @@ def print_table(doc: RunDoc) -> None:
         n = max(len(steps), 1)
         acc = [x["mean_accept_len"] for x in steps if x["mean_accept_len"] is not None]
         table.add_row(
-            escape(name),  # (a plug-in's name is text, not markup)
+            rich_text(name),  # (a plug-in's name is text, not markup)
             f"{s['mean_rollout_makespan_s']:.2f}",
             f"{sum(x['throughput_tok_s'] for x in steps) / n:.1f}",
             f"{sum(x['tail_time_s'] for x in steps) / n:.2f}",

@@ -11,14 +11,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from simctl.traces.terminal import terminal_text
 
-def terminal_text(text: str) -> str:
-    """`text` with every non-printable character written as its Python escape (\\t,
-    \\x1b, ...): a policy name is a plug-in's string, and a tab, newline or ANSI escape
-    in it must neither break the one-line message nor act on the user's terminal."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+__all__ = ["Notes", "ReportError", "terminal_text"]
 
 
 class ReportError(ValueError):

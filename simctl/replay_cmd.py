@@ -42,6 +42,7 @@ from simctl.traces.run_format import (
     write_json,
     write_run_dir,
 )
+from simctl.traces.terminal import rich_text
 from simctl.traces.validate import load_valid_trace
 
 DEFAULT_CLUSTER = "h100x512"
@@ -186,7 +187,6 @@ def run_document(setup: ReplaySetup, runs: dict[str, PolicyRun], trace_path: Pat
 
 def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="rollout replay (means over steps)")
@@ -208,7 +208,7 @@ def print_table(runs: dict[str, PolicyRun], baseline: str | None) -> None:
         mk = s["mean_rollout_makespan_s"]
         acc = [x.mean_accept_len for x in steps if x.mean_accept_len is not None]
         table.add_row(
-            escape(name),  # (a plug-in's name is text: "[/]x" is no markup)
+            rich_text(name),  # (a plug-in's name is text: "[/]x" is no markup)
             f"{mk:.1f}",
             f"{s['mean_step_time_s']:.1f}",
             f"{base / mk:.2f}x" if base and mk else "-",
@@ -291,7 +291,6 @@ def replay_cmd(
         )
     setup = build_setup(trace, cluster, profile, model, steps, seed, per_iteration, max_num_seqs)
     setup = with_faults(setup, fail_workers)
-    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
@@ -305,7 +304,7 @@ def replay_cmd(
         task = bar.add_task("simulating", total=len(policies) * len(setup.steps))
 
         def tick(name: str, step: int) -> None:
-            bar.update(task, advance=1, description=f"{escape(name)} step {step}")  # (a name is text)
+            bar.update(task, advance=1, description=f"{rich_text(name)} step {step}")  # (a name is text)
 
         try:
             runs = replay(setup, policies, tick, jobs=jobs, order=costliest_first(policies))

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from simctl.cli import main
 from simctl.live.run_output import print_table as print_live_table
 from simctl.traces.io import read_trace, write_trace
+from simctl.traces.terminal import rich_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "traces/samples/tlt-qwen32b-32k-2steps.parquet"
@@ -69,3 +70,21 @@ def test_inspect_says_which_layout_replay_uses() -> None:
     dapo = ROOT / "traces/samples/dapo-32b-20k-2steps.parquet"
     res = CliRunner().invoke(main, ["trace", "inspect", str(dapo)])
     assert res.output.splitlines()[0].endswith(" layout=none (replay: h100x512)")
+
+
+def test_inspect_writes_control_characters_in_metadata_as_escapes(tmp_path: Path) -> None:
+    """An ANSI escape or a tab in a trace's metadata is shown as its Python escape, never
+    sent to the terminal (as the report's notes already did: traces.terminal)."""
+    trace = read_trace(SAMPLE)
+    path = tmp_path / "t.parquet"
+    write_trace(path, trace.df, dataclasses.replace(trace.meta, preset="a\x1b[31mred\tx"), trace.lists)
+    res = CliRunner().invoke(main, ["trace", "inspect", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.output and "\t" not in res.output
+    assert "preset=a\\x1b[31mred\\tx seed=0" in res.output
+
+
+def test_rich_text() -> None:
+    assert rich_text("plain") == "plain"
+    assert rich_text("[/]a\x1b") == "\\[/]a\\x1b"
+    assert rich_text(Path("/x/[b]y")) == "/x/\\[b]y"

@@ -132,10 +132,10 @@ def validate_cmd(trace: Path) -> None:
 def inspect_cmd(trace: Path, plot: Path | None) -> None:
     """Per-step lengths, clip fraction, tail share and acceptance of a trace."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     from simctl.traces.inspect import plot_lengths, position_summary, step_summary
+    from simctl.traces.terminal import rich_text
     from simctl.traces.validate import load_valid_trace
 
     if plot:
@@ -154,8 +154,8 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     layout = m.cluster if isinstance(m.cluster, str) and m.cluster.strip() else "none (replay: h100x512)"
     # (the path and the metadata are the user's text, not markup: "[/]" in one is no error)
     console.print(
-        f"[bold]{escape(str(trace))}[/]  "
-        + escape(
+        f"[bold]{rich_text(trace)}[/]  "
+        + rich_text(
             f"preset={m.preset} seed={m.seed} model={model} hardware={m.hardware} T={m.temperature} "
             f"group_size={m.group_size} source={m.source} tokens={'yes' if tr.has_tokens() else 'no'} "
             f"layout={layout}"
@@ -182,7 +182,7 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
         console.print(positions)
     if plot:
         plot_lengths(tr, plot)
-        console.print(f"wrote {escape(str(plot))}")
+        console.print(f"wrote {rich_text(plot)}")
 
 
 def _fmt(v: object) -> str:
