@@ -387,7 +387,6 @@ def run_with_progress(
     runtime: RuntimeFactory | None,
 ) -> tuple[list[LiveRun], str | None]:
     """Every policy in turn, with a progress bar per policy (on a terminal)."""
-
     from simctl.live.session import run_policies
 
     total = workload.num_requests

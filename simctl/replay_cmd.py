@@ -32,6 +32,7 @@ from simctl.traces.cli_options import (
     seed_option,
 )
 from simctl.traces.io import TraceError
+from simctl.traces.layouts import DEFAULT_CLUSTER, recorded_layout
 from simctl.traces.outputs import check_distinct, check_output_dir, check_output_file
 from simctl.traces.plugins import make_policy
 from simctl.traces.run_format import (
@@ -45,16 +46,15 @@ from simctl.traces.run_format import (
 from simctl.traces.terminal import rich_text
 from simctl.traces.validate import load_valid_trace
 
-DEFAULT_CLUSTER = "h100x512"
-
 
 def trace_cluster(meta_cluster: object, given: str | None) -> tuple[str, str | None]:
     """(cluster spec to use, line saying where it came from): --cluster, else the layout the
     trace's metadata records (traces/layouts.py), else the default."""
     if given is not None:
         return given, None
-    if isinstance(meta_cluster, str) and meta_cluster.strip():
-        return meta_cluster, f"cluster {meta_cluster}: the layout recorded in the trace (--cluster overrides)"
+    recorded = recorded_layout(meta_cluster)
+    if recorded is not None:
+        return recorded, f"cluster {recorded}: the layout recorded in the trace (--cluster overrides)"
     return DEFAULT_CLUSTER, None
 
 

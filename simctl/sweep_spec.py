@@ -248,7 +248,7 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     policies = checker.policies(checker.table(raw["policies"], "policies"))
     own = "" in axes["models"]  # (some points replay the trace's own model)
     traces = {label: checker.trace(label, f"sweep.traces = {label!r}", own) for label in axes["traces"]}
-    layout = {label: recorded_layout(trace) for label, trace in traces.items()}
+    layout = {label: trace_layout(trace) for label, trace in traces.items()}
     concrete = [c for c in axes["clusters"] if c != TRACE_LAYOUT]
     if TRACE_LAYOUT in axes["clusters"]:
         concrete += [layout[t] for t in axes["traces"]]
@@ -300,7 +300,7 @@ def spec_from_data(raw: dict[str, Any], path: Path, plugins: Sequence[str] = ())
     return SweepSpec(path=path, points=points, traces=traces)
 
 
-def recorded_layout(trace: Trace) -> str:
+def trace_layout(trace: Trace) -> str:
     """The cluster a trace's points run on under `clusters = ["trace"]`: the layout its
     metadata records (`trace gen` writes its preset's paper layout), else replay's default
     (h100x512), as `simctl replay` without --cluster."""

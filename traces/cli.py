@@ -135,6 +135,7 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     from rich.table import Table
 
     from simctl.traces.inspect import plot_lengths, position_summary, step_summary
+    from simctl.traces.layouts import DEFAULT_CLUSTER, recorded_layout
     from simctl.traces.terminal import rich_text
     from simctl.traces.validate import load_valid_trace
 
@@ -151,7 +152,7 @@ def inspect_cmd(trace: Path, plot: Path | None) -> None:
     console = Console(width=None if sys.stdout.isatty() else 200)
     # (a model outside the catalogue says which family its carried config is)
     model = m.model if m.model_config is None else f"{m.model} ({m.model_config.get('model_type')} config)"
-    layout = m.cluster if isinstance(m.cluster, str) and m.cluster.strip() else "none (replay: h100x512)"
+    layout = recorded_layout(m.cluster) or f"none (replay: {DEFAULT_CLUSTER})"
     # (the path and the metadata are the user's text, not markup: "[/]" in one is no error)
     console.print(
         f"[bold]{rich_text(trace)}[/]  "

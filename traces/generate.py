@@ -135,9 +135,14 @@ class _Layout:
     epochs: int
 
 
+def prompts_per_step(p: Preset, scale: float) -> int:
+    """The preset's prompts per step at `scale` (at least one; group size unchanged)."""
+    return max(1, round(p.prompts_per_step * scale))
+
+
 def _layout(p: Preset, steps: int, scale: float, rng: np.random.Generator) -> _Layout:
     """Prompts per step; with epochs, each epoch is a fresh shuffle of the same prompt set."""
-    n = max(1, round(p.prompts_per_step * scale))
+    n = prompts_per_step(p, scale)
     g = p.group_size
     if p.steps_per_epoch:
         spe = p.steps_per_epoch
@@ -418,8 +423,7 @@ def _check_args(steps: int, seed: int, scale: float) -> None:
 
 def check_size(p: Preset, steps: int, scale: float, memory_bytes: int | None = None) -> int:
     """Refuse, before any work, a trace that cannot fit in memory; returns its row count."""
-    prompts = max(1, round(p.prompts_per_step * scale))
-    rows = int(steps) * prompts * p.group_size
+    rows = int(steps) * prompts_per_step(p, scale) * p.group_size
     need = rows * PEAK_BYTES_PER_ROW
     fits, have = fits_in_memory(need, memory_bytes)
     if not fits:
@@ -486,7 +490,7 @@ def generate_trace(
     if steps_per_epoch is not None:
         if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be an integer >= 1, got {steps_per_epoch!r}")
-        prompts = max(1, round(p.prompts_per_step * scale)) * steps_per_epoch
+        prompts = prompts_per_step(p, scale) * steps_per_epoch
         if prompts > MAX_PROMPT_SET:  # (each epoch shuffles the whole set)
             raise ValueError(
                 f"steps_per_epoch {steps_per_epoch} makes a prompt set of {prompts:,} prompts, more than "

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 GPUS_PER_NODE = 8  # every paper's nodes hold 8 GPUs (the cluster spec's node size)
+# Where a trace records no layout: 64 nodes x 8 H100 SXM, TP4 rollout workers
+DEFAULT_CLUSTER = "h100x512"
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,12 @@ NOT_EXPRESSIBLE: Mapping[str, str] = MappingProxyType({})
 def paper_layout(preset: str) -> PaperLayout | None:
     """The preset's paper layout, or None where the cluster spec cannot express it."""
     return LAYOUTS.get(preset)
+
+
+def recorded_layout(meta_cluster: object) -> str | None:
+    """The layout a trace's metadata records (`TraceMeta.cluster`), None where it records
+    none (absent or blank): replay then uses DEFAULT_CLUSTER."""
+    return meta_cluster if isinstance(meta_cluster, str) and meta_cluster.strip() else None
 
 
 def layout_for(preset: str, scale: float = 1.0) -> str | None:
