@@ -11,6 +11,12 @@ else (the event loop, applying progress, plain plans, the run's frames). It then
 each policy would cost relative to verl if speculative planning were free: the ceiling of
 any planner speed-up (issue #17). Timers add a little to every event, verl's included, so
 ratios here run slightly under `bench_sim_speed.py`'s.
+
+Planning is then split once more, by a least-squares fit of each plan's CPU seconds on its
+cells (rows x iterations sampled): a fixed cost per plan (the Python and the numpy calls
+that every plan makes, whatever its size) and a cost per cell (the arithmetic on the
+block's arrays). The fixed part is what a compiled planner would remove and vectorising
+cannot; the cell part is what it would only speed up.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from bench_sim_speed import DAPO, STUDY, TARGET_VS_VERL
 
 
@@ -36,8 +43,48 @@ def _timed(fn: Callable[..., Any], into: Counter[str], key: str) -> Callable[...
     return timed
 
 
+def _timed_plans(
+    fn: Callable[..., Any], into: Counter[str], blocks: list[tuple[int, int, float]]
+) -> Callable[..., Any]:
+    """`_timed` for `SpecPlanner.plan`, also noting each plan's (rows, iterations, seconds)."""
+
+    def timed(self: Any, ids: Any, *args: Any, **kwargs: Any) -> Any:
+        t = time.process_time()
+        plan = fn(self, ids, *args, **kwargs)
+        dt = time.process_time() - t
+        into["planning"] += dt
+        blocks.append((len(ids), len(plan.cum_s), dt))
+        return plan
+
+    return timed
+
+
+def fit_plans(blocks: Sequence[tuple[int, int, float]]) -> dict[str, float]:
+    """Least squares of plan seconds on cells (rows x iterations): seconds per plan and per
+    cell, and the planning seconds each accounts for (zeros without plans)."""
+    if len(blocks) < 2:
+        return {
+            "plans": float(len(blocks)),
+            "per_plan_s": 0.0,
+            "per_cell_s": 0.0,
+            "fixed_s": 0.0,
+            "cells_s": 0.0,
+        }
+    b = np.array(blocks, dtype=np.float64)
+    cells, dt = b[:, 0] * b[:, 1], b[:, 2]
+    (per_plan, per_cell), *_ = np.linalg.lstsq(np.c_[np.ones(len(b)), cells], dt, rcond=None)
+    return {
+        "plans": float(len(b)),
+        "per_plan_s": float(per_plan),
+        "per_cell_s": float(per_cell),
+        "fixed_s": float(per_plan) * len(b),
+        "cells_s": float(per_cell * cells.sum()),
+    }
+
+
 def split(policy: str, trace_path: Path = DAPO, cluster: str = "h100x512") -> dict[str, float]:
-    """CPU seconds of one replay of every step of `trace_path`: total, policy, planning."""
+    """CPU seconds of one replay of every step of `trace_path`: total, policy, planning,
+    and planning's fixed and per-cell parts (`fit_plans`)."""
     from simctl.policies.registry import make_policy
     from simctl.sim.cluster import parse_cluster
     from simctl.sim.cost_model import load_cost_model
@@ -56,12 +103,22 @@ def split(policy: str, trace_path: Path = DAPO, cluster: str = "h100x512") -> di
     pol = make_policy(policy)
     pol.on_event = _timed(pol.on_event, spent, "policy")  # type: ignore[method-assign]
     plan = SpecPlanner.plan
-    SpecPlanner.plan = _timed(plan, spent, "planning")  # type: ignore[method-assign]
+    blocks: list[tuple[int, int, float]] = []
+    SpecPlanner.plan = _timed_plans(plan, spent, blocks)  # type: ignore[method-assign]
     try:
         run = run_policy(setup, pol)
     finally:
         SpecPlanner.plan = plan  # type: ignore[method-assign]
-    return {"total": run.sim_cpu_s, "policy": spent["policy"], "planning": spent["planning"]}
+    fit = fit_plans(blocks)
+    return {
+        "total": run.sim_cpu_s,
+        "policy": spent["policy"],
+        "planning": spent["planning"],
+        "plans": fit["plans"],
+        "per_plan_us": 1e6 * fit["per_plan_s"],
+        "per_cell_ns": 1e9 * fit["per_cell_s"],
+        "planning_fixed": fit["fixed_s"],
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,15 +129,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     verl = split("verl")
     base = verl["total"]
     parts = "".join(f" {p:>14s}" for p in ("policy", "planning", "rest"))
-    print(f"{'policy':28s} {'cpu s':>7s}{parts} {'x verl':>7s} {'free plan':>9s}")
+    fixed = f"{'plans':>7s} {'us/plan':>7s} {'ns/cell':>7s} {'fixed':>12s}"
+    print(f"{'policy':28s} {'cpu s':>7s}{parts} {'x verl':>7s} {'free plan':>9s}  {fixed}")
     for name in names:
         s = verl if name == "verl" else split(name)
         rest = s["total"] - s["policy"] - s["planning"]
         cells = "".join(f" {v:6.2f} ({v / s['total']:4.0%})" for v in (s["policy"], s["planning"], rest))
         free = (s["total"] - s["planning"]) / base
         flag = "" if free <= TARGET_VS_VERL else "  *"
-        print(f"{name:28s} {s['total']:7.2f}{cells} {s['total'] / base:7.2f} {free:9.2f}{flag}")
+        fit = ""
+        if s["plans"] >= 2:
+            share = s["planning_fixed"] / s["planning"] if s["planning"] else 0.0
+            fit = (
+                f"  {s['plans']:7.0f} {s['per_plan_us']:7.0f} {s['per_cell_ns']:7.1f}"
+                f" {s['planning_fixed']:6.2f} ({share:4.0%})"
+            )
+        print(f"{name:28s} {s['total']:7.2f}{cells} {s['total'] / base:7.2f} {free:9.2f}{flag:3s}{fit}")
     print(f"(free plan: x verl with speculative planning at no cost; * = still over {TARGET_VS_VERL:g}x)")
+    print("(fixed: planning's per-plan part, plans x us/plan, and its share of planning: the fit of")
+    print(" each plan's CPU on its cells; what a compiled planner removes and vectorising cannot)")
     return 0
 
 

@@ -112,10 +112,27 @@ def test_cost_split():
     sample = ROOT / "traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"
     plain = sim_cost_split.split("verl", sample)
     spec = sim_cost_split.split("ngram", sample)
-    assert plain["planning"] == 0.0 and plain["policy"] > 0.0
-    assert spec["planning"] > 0.0
+    assert plain["planning"] == 0.0 and plain["policy"] > 0.0 and plain["plans"] == 0
+    assert spec["planning"] > 0.0 and spec["plans"] >= 2
     for parts in (plain, spec):
         assert parts["policy"] + parts["planning"] <= parts["total"]
+
+
+def test_plan_fit_recovers_fixed_and_per_cell_costs():
+    """`fit_plans` splits plan seconds into a per-plan and a per-cell part: on plans built
+    as 200 us + 8 ns per cell it finds both, and the parts add up to the total."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import sim_cost_split
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    shapes = [(26, 72), (10, 116), (128, 400), (3, 5), (64, 2000)]
+    blocks = [(b, k, 200e-6 + 8e-9 * b * k) for b, k in shapes]
+    fit = sim_cost_split.fit_plans(blocks)
+    assert fit["plans"] == 5
+    assert fit["per_plan_s"] == pytest.approx(200e-6) and fit["per_cell_s"] == pytest.approx(8e-9)
+    assert fit["fixed_s"] + fit["cells_s"] == pytest.approx(sum(t for _, _, t in blocks))
+    assert sim_cost_split.fit_plans([(4, 4, 1.0)])["per_plan_s"] == 0.0  # one plan: no fit
 
 
 def test_vidur_crosscheck_matches_the_documented_ranges():
