@@ -71,3 +71,48 @@ def test_tlt_sample_reaches_the_step_where_tlt_drafts_with_its_trained_drafter()
     base, made, accept = _per_step("tlt-qwen32b-32k-2steps.parquet", "tlt")
     assert accept[0] < 2 < 4 < accept[1]
     assert made[1] < 0.7 * base[1]
+
+
+def test_efficientrollout_in_the_main_job_stays_plain_on_the_worker_that_ends_the_step(monkeypatch) -> None:
+    """The README's explanation of EfficientRollout at 1.00x in the main job: it speculates
+    on most workers, but each step ends with a worker that never does, because its own
+    Eq. 3 toggle prices that batch (its last 16 requests, all at the 20K-token cap)
+    under the 1.05 switch-on threshold (W4 drafting reads the whole KV)."""
+    from simctl.policies import efficientrollout
+    from simctl.policies.contract import StepStarted
+
+    seen: list[tuple[int, int, int, float]] = []  # (step, worker, batch, predicted speedup)
+    step = [-1]
+    predicted, on_event = (
+        efficientrollout.EfficientRolloutSpeculation.predicted,
+        efficientrollout.EfficientRolloutSpeculation.on_event,
+    )
+
+    def noting(self, view, worker):  # type: ignore[no-untyped-def]
+        got = predicted(self, view, worker)
+        if got is not None:
+            seen.append((step[0], worker, view.worker(worker).running, got))
+        return got
+
+    def stepping(self, event, view):  # type: ignore[no-untyped-def]
+        step[0] += isinstance(event, StepStarted)
+        return on_event(self, event, view)
+
+    monkeypatch.setattr(efficientrollout.EfficientRolloutSpeculation, "predicted", noting)
+    monkeypatch.setattr(efficientrollout.EfficientRolloutSpeculation, "on_event", stepping)
+    res = simctl.replay(SAMPLES / "dapo-32b-20k-2steps.parquet", ["verl", "efficientrollout"])
+    steps = res.steps.set_index(["policy", "step"])
+    base = steps.loc["verl", "rollout_makespan_s"].tolist()
+    made = steps.loc["efficientrollout", "rollout_makespan_s"].tolist()
+    assert made == pytest.approx(base, rel=1e-9)
+    assert all(a > 4 for a in steps.loc["efficientrollout", "mean_accept_len"])
+    req = res.requests[res.requests["policy"] == "efficientrollout"]
+    for s, frame in req.groupby("step"):
+        last = int(frame.loc[frame["finish_s"].idxmax(), "worker"])
+        assert frame.loc[frame["worker"] == last, "drafted"].sum() == 0  # never speculated there
+        assert frame.loc[frame["worker"] != last, "drafted"].sum() > 0
+        on_last = [(b, v) for st, w, b, v in seen if st == s and w == last]
+        assert on_last and max(v for _, v in on_last) < 1.05
+        tail = frame[frame["worker"] == last].nlargest(16, "finish_s")
+        assert (tail["response_len"] == 20480).all()  # all at the cap: the batch never shrinks
+        assert min(b for b, _ in on_last) == 16  # its last 16, which finish together
