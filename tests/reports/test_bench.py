@@ -135,6 +135,18 @@ def test_plan_fit_recovers_fixed_and_per_cell_costs():
     assert sim_cost_split.fit_plans([(4, 4, 1.0)])["per_plan_s"] == 0.0  # one plan: no fit
 
 
+def test_policy_alone_flags_a_policy_whose_own_code_exceeds_the_target():
+    """A policy whose `on_event` alone costs over 3x verl's whole replay cannot reach the
+    target by any simulator speed-up (composite on the DAPO sample: 9.9 s against 0.9 s)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import sim_cost_split
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert sim_cost_split.policy_alone({"policy": 9.9}, 0.9) == pytest.approx(11.0)
+    assert sim_cost_split.policy_alone({"policy": 1.8}, 0.9) is None  # 2x: within
+
+
 def test_vidur_crosscheck_matches_the_documented_ranges():
     """`vidur_crosscheck.py`: Vidur's side is the layers times the profiled per-layer ops (and
     two all-reduces with their launch cost at TP>1), and the ranges docs/calibration.md
