@@ -82,6 +82,8 @@ def open_parquet(path: str | Path) -> pq.ParquetFile:
     """Open a Parquet file, turning every low-level failure into one TraceError line."""
     path = Path(path)
     if not path.exists():
+        if path.is_symlink():  # exists() follows the link: say which link is the problem
+            raise TraceError(f"{path}: symbolic link to a missing file, or a loop of links")
         raise TraceError(f"{path}: no such file")
     if path.is_dir():
         raise TraceError(f"{path}: is a directory, expected a Parquet trace file")

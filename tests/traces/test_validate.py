@@ -174,6 +174,12 @@ def test_not_parquet_and_truncated(tmp_path: Path) -> None:
     assert "not a readable Parquet file" in p
     (p,) = validate_file(tmp_path / "absent.parquet")
     assert "no such file" in p
+    dangling, loop = tmp_path / "dangling.parquet", tmp_path / "loop.parquet"
+    dangling.symlink_to(tmp_path / "gone.parquet")
+    loop.symlink_to(loop)
+    for link in (dangling, loop):
+        (p,) = validate_file(link)
+        assert p == f"{link}: symbolic link to a missing file, or a loop of links"
 
 
 def test_parquet_without_simctl_metadata(tmp_path: Path) -> None:
