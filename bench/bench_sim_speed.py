@@ -56,6 +56,7 @@ from simctl.sim.cluster import parse_cluster
 from simctl.sim.cost_model import load_cost_model
 from simctl.sim.models import get_model
 from simctl.sim.replay import ReplaySetup, run_policy
+from simctl.traces.layouts import DEFAULT_CLUSTER, recorded_layout
 import simctl.sim.engine as engine
 # the time inside the policy's answers (perf_counter: a vDSO read, unlike the CPU clock)
 policy_s = [0.0]
@@ -77,7 +78,7 @@ span = int(df["prompt_id"].max()) + 1
 df = pd.concat([df.assign(prompt_id=df["prompt_id"] + k * span) for k in range(factor)], ignore_index=True)
 lists = {k: pa.concat_arrays([v.take(pa.array(rows))] * factor) for k, v in tr.lists.items()}
 trace = Trace(df=df, meta=tr.meta, lists=lists, path=tr.path)
-base = tr.meta.cluster if isinstance(tr.meta.cluster, str) and tr.meta.cluster else "h100x512"
+base = recorded_layout(tr.meta.cluster) or DEFAULT_CLUSTER
 spec = parse_cluster(base)
 spec = dataclasses.replace(spec, nodes=spec.nodes * factor)
 model = get_model(tr.meta.model)

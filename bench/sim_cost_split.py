@@ -82,10 +82,12 @@ def fit_plans(blocks: Sequence[tuple[int, int, float]]) -> dict[str, float]:
     }
 
 
-def split(policy: str, trace_path: Path = DAPO, cluster: str = "h100x512") -> dict[str, float]:
+def split(policy: str, trace_path: Path = DAPO, cluster: str | None = None) -> dict[str, float]:
     """CPU seconds of one replay of every step of `trace_path`: total, policy, planning,
-    and planning's fixed and per-cell parts (`fit_plans`)."""
+    and planning's fixed and per-cell parts (`fit_plans`). `cluster`: as replay's
+    --cluster (None: the trace's recorded layout, else replay's default)."""
     from simctl.policies.registry import make_policy
+    from simctl.replay_cmd import trace_cluster
     from simctl.sim.cluster import parse_cluster
     from simctl.sim.cost_model import load_cost_model
     from simctl.sim.models import get_model
@@ -94,7 +96,7 @@ def split(policy: str, trace_path: Path = DAPO, cluster: str = "h100x512") -> di
     from simctl.traces.validate import load_valid_trace
 
     trace = load_valid_trace(trace_path)
-    spec = parse_cluster(trace.meta.cluster or cluster)
+    spec = parse_cluster(trace_cluster(trace.meta.cluster, cluster)[0])
     model = get_model(trace.meta.model)
     steps = sorted(int(s) for s in trace.df["step"].unique())
     cost = load_cost_model(model, spec)
