@@ -157,6 +157,8 @@ class BestDrafter(DrafterEvidence, FirstChoice, Policy):
         self._ratio: dict[int, float] = {1: 1.0}
         # request -> the worker another part placed it on at this instant (None: deferred)
         self._pending: dict[RequestId, WorkerId | None] = {}
+        # the same grouped by worker, built when `placed` first reads it (None: not yet)
+        self._pending_at: dict[WorkerId | None, list[RequestId]] | None = None
         self._reset()
 
     @property
@@ -210,8 +212,10 @@ class BestDrafter(DrafterEvidence, FirstChoice, Policy):
         for a in actions:
             if isinstance(a, Assign | Migrate):
                 self._pending[a.request] = a.worker
+                self._pending_at = None
             elif isinstance(a, Defer):
                 self._pending[a.request] = None
+                self._pending_at = None
 
     def placed(self, worker: WorkerId, view: ClusterView) -> list[RequestId]:
         """Requests on `worker` in ascending id order: the view's, with the placements
@@ -220,14 +224,27 @@ class BestDrafter(DrafterEvidence, FirstChoice, Policy):
         pending = self._pending
         if not pending:
             return list(view.worker_requests(worker))
+        # grouped by worker once per change, not scanned per worker: at a step start a
+        # scheduler part places every request at once and this part then configures every
+        # worker, which a scan per worker made quadratic in the cluster's size
+        at = self._pending_at
+        if at is None:
+            at = self._pending_at = {}
+            for r, w in pending.items():
+                got = at.get(w)
+                if got is None:
+                    at[w] = [r]
+                else:
+                    got.append(r)
         out = [r for r in view.worker_requests(worker) if r not in pending]
-        out += [r for r, w in pending.items() if w == worker]
+        out += at.get(worker, ())
         out.sort()
         return out
 
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
         out = self._answer(event, view)
         self._pending = {}  # applied by the executor before the next event
+        self._pending_at = None
         return out
 
     def _answer(self, event: Event, view: ClusterView) -> list[Action]:

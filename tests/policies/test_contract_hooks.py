@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from simctl.policies.best_drafter import BestDrafter
 from simctl.policies.compose import Composed
 from simctl.policies.contract import (
     Action,
     Assign,
     ClusterView,
+    Defer,
     Event,
     Migrate,
     Policy,
@@ -93,3 +97,42 @@ def test_best_drafter_configures_placements_made_at_the_same_instant() -> None:
     view.add_request(0, 1, state="finished")
     drafter.on_event(RequestFinished(2.0, request=0, worker=1, length=5), view)
     assert drafter.placed(1, view) == [1] and drafter.placed(0, view) == []
+
+
+# one observed answer: (request, worker, a Migrate rather than an Assign); worker None: a Defer
+_MOVES = st.lists(
+    st.tuples(st.integers(0, 11), st.one_of(st.none(), st.integers(0, 3)), st.booleans()), max_size=8
+)
+
+
+@given(
+    homes=st.lists(st.one_of(st.none(), st.integers(0, 3)), min_size=12, max_size=12),
+    answers=st.lists(_MOVES, max_size=4),
+)
+def test_placed_is_the_view_with_every_placement_observed_since_the_last_event(
+    homes: list[int | None], answers: list[list[tuple[int, int | None, bool]]]
+) -> None:
+    """Whatever the observed Assigns, Migrates and Defers (several answers at one instant,
+    a request placed twice), each worker's requests are the view's less those placed
+    anew, plus those placed on it, ascending; after an event, the view's alone. (`placed`
+    groups the placements by worker once per change: this would catch a stale grouping.)"""
+    view = FakeView.make(4)
+    for rid, w in enumerate(homes):
+        view.add_request(rid, w, state="running" if w is not None else "unassigned")
+    drafter = BestDrafter(("suffix",), multi_path=False)
+    pending: dict[int, int | None] = {}
+    for moves in answers:
+        actions: list[Action] = []
+        for rid, w, migrate in moves:
+            if w is None:
+                actions.append(Defer(request=rid))
+            else:
+                actions.append(Migrate(request=rid, worker=w) if migrate else Assign(request=rid, worker=w))
+            pending[rid] = w
+        drafter.observe(actions)
+        for w in range(4):
+            want = [r for r in view.worker_requests(w) if r not in pending]
+            want += [r for r, at in pending.items() if at == w]
+            assert drafter.placed(w, view) == sorted(want)
+    drafter.on_event(Tick(1.0, worker=0, iteration=1), view)
+    assert all(drafter.placed(w, view) == list(view.worker_requests(w)) for w in range(4))
