@@ -5,9 +5,9 @@ A point (one policy over its steps) runs on one worker from start to end, and po
 in cost by more than an order of magnitude (a composite point costs ~28 verl points on the
 same steps). Handed out in the spec's order, a long point listed last starts when the others
 are done and the sweep waits for it alone: the six-policy dapo study lists composite last,
-and on 2 workers that order takes ~48 minutes where longest-first takes ~34 (the longest
-point; `bench/bench_sim_speed.py pack`). Workers take the next point as they free up, so
-handing points out longest first is the LPT rule.
+and on 2 workers that order takes ~74 minutes where longest-first takes ~52 (barely more
+than the longest point, ~51; from `bench/bench_sim_speed.py`'s CPU per step). Workers take
+the next point as they free up, so handing points out longest first is the LPT rule.
 
 The estimate is the point's requests (rows of its trace in its steps) times its policy's
 simulator cost per request relative to verl's. It only orders the points: results, tables
@@ -21,30 +21,31 @@ from collections.abc import Sequence
 from typing import Any
 
 # Simulator CPU per step relative to verl's, by policy family: `bench/bench_sim_speed.py
-# --factor 1` on the dapo sample (512 GPUs, the costlier of its two steps), rounded. Only the
-# order of magnitude matters here; the speculative ones not listed cost 2-3x.
+# --factor 1 --repeat 2` on the dapo sample (512 GPUs, the costlier of its two steps), to one
+# decimal (2026-11-29). Only the order of magnitude matters for the order; the dry run's
+# estimate uses them as they are. Policies not listed cost about veRL's (0.9-1.0x).
 RELATIVE_COST: dict[str, float] = {
-    "composite": 28.0,
-    "composite-fixed-drafter": 27.0,
-    "composite-no-fon": 29.0,
-    "seer": 10.5,
-    "seer-no-adapt": 9.3,
-    "seer-no-group-context": 10.3,
-    "seer-divided": 2.9,
-    "seer-divided-context": 3.0,
-    "seer-oracle": 2.7,
-    "tlt": 10.1,
-    "tlt-static-drafter": 9.9,
-    "tlt-base": 1.7,
-    "speactor": 6.2,
-    "speactor-decoupled-reconfig": 3.8,
-    "speactor-decoupled": 2.6,
-    "speactor-vanilla": 2.8,
-    "spec-coupled": 2.5,
-    "ngram": 2.6,
-    "efficientrollout": 2.7,
+    "composite": 28.1,
+    "composite-fixed-drafter": 25.9,
+    "composite-no-fon": 27.1,
+    "seer": 10.9,
+    "seer-no-adapt": 10.4,
+    "seer-no-group-context": 11.1,
+    "seer-divided": 2.8,
+    "seer-divided-context": 2.8,
+    "seer-oracle": 2.6,
+    "tlt": 10.0,
+    "tlt-static-drafter": 9.6,
+    "tlt-base": 1.6,
+    "speactor": 6.7,
+    "speactor-decoupled-reconfig": 4.0,
+    "speactor-decoupled": 2.5,
+    "speactor-vanilla": 2.6,
+    "spec-coupled": 2.3,
+    "ngram": 2.5,
+    "efficientrollout": 2.6,
     "efficientrollout-fixed-gamma": 2.7,
-    "quantized-selfspec": 2.1,
+    "quantized-selfspec": 1.9,
 }
 
 
