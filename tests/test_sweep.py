@@ -30,7 +30,7 @@ from simctl.replay_cmd import build_setup
 from simctl.reports.sweep_figures import pareto_front
 from simctl.sim.replay import run_policy
 from simctl.sweep_cmd import choose_backend
-from simctl.sweep_order import longest_first, point_requests, point_work
+from simctl.sweep_order import longest_first, point_requests, point_work, relative_cost
 from simctl.sweep_runner import (
     POINTS,
     SweepError,
@@ -162,7 +162,7 @@ def test_points_are_handed_out_longest_first(tmp_path: Path) -> None:
     assert order == [
         ("ngram", "0:3", 0),
         ("ngram", "0:3", 1),
-        ("verl", "0:3", 0),  # 3 steps of verl (1) outweigh 1 of n-gram (2.6)
+        ("verl", "0:3", 0),  # 3 steps of verl (1) outweigh 1 of n-gram (2.5)
         ("verl", "0:3", 1),
         ("ngram", "0:1", 0),
         ("ngram", "0:1", 1),
@@ -185,7 +185,9 @@ def test_progress_counts_points_and_estimated_work(tmp_path: Path) -> None:
     )
     spec = load_spec(path)
     work = point_work(spec.points, spec.traces)
-    assert sorted(work) == pytest.approx([1024, 2048, 1024 * 2.6, 2048 * 2.6])  # requests x relative cost
+    ratio = relative_cost("ngram")
+    assert ratio > 1.0  # (so that the order below is the costliest first)
+    assert sorted(work) == pytest.approx([1024, 2048, 1024 * ratio, 2048 * ratio])  # requests x relative cost
     calls: list[tuple[int, int, float, float]] = []
     run_sweep(spec, tmp_path / "out", 1, False, progress=lambda *a: calls.append(a))
     total = sum(work)
@@ -193,7 +195,7 @@ def test_progress_counts_points_and_estimated_work(tmp_path: Path) -> None:
     # one worker, costliest first: n-gram 0:2, n-gram 0:1, verl 0:2, verl 0:1; each step of
     # 1,024 requests is worth 1,024 x the policy's relative cost, and a point's end adds
     # nothing its steps did not
-    ngram, verl = 1024 * 2.6, 1024.0
+    ngram, verl = 1024 * ratio, 1024.0
     expected = [(0, 0.0)]
     for cost, steps in ((ngram, 2), (ngram, 1), (verl, 2), (verl, 1)):
         points, done = expected[-1]
