@@ -11,7 +11,8 @@ and heaps are its own; `--repeat N` runs each N times and keeps the fastest (on 
 machine one run of TLT read a growth of 10.38, the fastest of two 9.25).
 
 Prints per policy: CPU s/step at both sizes, the ratio to verl's on the same trace and
-cluster (issue target <= 3) and the 4,096/512 growth (target <= 10, linear is 8); at 1x also
+cluster (issue target <= 3), the 4,096/512 growth (target <= 10, linear is 8) and that of
+the events and blocks behind it (`units`: dynamics, not cost per unit); at 1x also
 the policy events and planned blocks per step, the CPU microseconds per event-or-block
 (what one unit of the event loop costs: a policy whose units outnumber verl's by more than
 3x cannot reach the target at verl's cost per unit) and the share of the time spent inside
@@ -135,7 +136,12 @@ def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: d
         return cells + f"  error: {big['error']}"
     growth = big["cpu_s"] / small["cpu_s"]
     flag = "" if small["cpu_s"] / base_small["cpu_s"] <= TARGET_VS_VERL and growth <= TARGET_GROWTH else "  *"
-    return cells + f" {big['cpu_s']:9.2f} {big['cpu_s'] / base_big['cpu_s']:7.2f} {growth:7.2f}{flag}"
+    big_units = big.get("events", 0) + big.get("blocks", 0)
+    work = big_units / units if units and big_units else float("nan")
+    return (
+        cells
+        + f" {big['cpu_s']:9.2f} {big['cpu_s'] / base_big['cpu_s']:7.2f} {growth:7.2f} {work:6.2f}{flag}"
+    )
 
 
 # Per policy at 1x: the policy events the engine emitted (finishes, chunk ends, ticks, idle
@@ -143,6 +149,11 @@ def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: d
 # third is what every unit of work costs in the Python event loop: a policy that reacts to
 # each of 16,384 finishes costs at least that many units, whatever its plans. `policy`: the
 # share of the replay's time spent inside the policy's answers (the rest is the simulator's).
+# With the growth column, `units`: events and blocks at the larger cluster over those at 1x.
+# Linear is 8; a growth above 10 with units near 8 is a cost per unit that grows (larger
+# arrays and heaps), with units well above 8 the policy's own dynamics at scale (seer-divided
+# on the qwen2vl preset: a chunk's next worker is more often another, advancing one, so
+# interrupts and re-plans grow 13x), which no speed-up that keeps results removes.
 UNIT_HEAD = f" {'events':>7s} {'blocks':>7s} {'us/unit':>6s} {'policy':>6s}"
 
 # Issue #17's study: 200 dapo steps of these six policies, on 2 workers (target <= 10 min).
@@ -177,7 +188,10 @@ def table(title: str, trace: Path, policies: list[str], factor: int, repeat: int
     if factor > 1:
         print(f"\n{title}: {trace.name}, costliest step; 1x and {factor}x cluster (same requests/worker)")
         big, growth = f"cpu s {factor}x", f"{factor}x/1x"
-        print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s}{UNIT_HEAD} {big:>9s} {'x verl':>7s} {growth:>7s}")
+        print(
+            f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s}{UNIT_HEAD} {big:>9s} {'x verl':>7s} {growth:>7s}"
+            f" {'units':>6s}"
+        )
     else:
         print(f"\n{title}: {trace.name}, costliest step (no growth measured: --factor 1)")
         print(f"{'policy':32s} {'cpu s':>8s} {'x verl':>7s}{UNIT_HEAD}")

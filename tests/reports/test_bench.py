@@ -296,3 +296,24 @@ def test_moe_routing_correlation_sensitivity():
     assert moe_speculation.routed_weight_ratio("gpt-oss-120b", "h100x64:tp4", 4, 48, 1.0)[1] == pytest.approx(
         1.0
     )
+
+
+def test_row_shows_the_growth_of_events_and_blocks():
+    """A growth cell comes with the growth of the work behind it (events + blocks), which
+    tells a policy's dynamics at scale from a cost per unit that grows."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import bench_sim_speed
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    base_small, base_big = (
+        {"cpu_s": 1.0, "events": 90, "blocks": 10},
+        {"cpu_s": 8.0, "events": 720, "blocks": 80},
+    )
+    small = {"cpu_s": 2.0, "events": 150, "blocks": 50}
+    big = {"cpu_s": 21.0, "events": 1300, "blocks": 600}  # 10.5x the time, 9.5x the work
+    row = bench_sim_speed._row("p", small, big, base_small, base_big)
+    assert row.split()[-3:] == ["10.50", "9.50", "*"]
+    row = bench_sim_speed._row("p", small, {**big, "cpu_s": 16.0}, base_small, base_big)
+    assert row.split()[-2:] == ["8.00", "9.50"]  # within the targets: no flag
+    assert bench_sim_speed._row("p", small, {"cpu_s": 16.0}, base_small, base_big).split()[-1] == "nan"
