@@ -150,10 +150,10 @@ def _row(name: str, small: dict, big: dict | None, base_small: dict, base_big: d
 # each of 16,384 finishes costs at least that many units, whatever its plans. `policy`: the
 # share of the replay's time spent inside the policy's answers (the rest is the simulator's).
 # With the growth column, `units`: events and blocks at the larger cluster over those at 1x.
-# Linear is 8; a growth above 10 with units near 8 is a cost per unit that grows (larger
-# arrays and heaps), with units well above 8 the policy's own dynamics at scale (seer-divided
-# on the qwen2vl preset: a chunk's next worker is more often another, advancing one, so
-# interrupts and re-plans grow 13x), which no speed-up that keeps results removes.
+# Linear is 8; growth over units is the cost per unit's own growth (larger arrays and
+# heaps), units above 8 the policy's dynamics at scale, which no speed-up that keeps results
+# removes. Seer-divided on the qwen2vl preset reads 10.17 = units 8.94 x 1.14 per unit: a
+# chunk's next worker is more often another, advancing one, so its interrupts grow 13x.
 UNIT_HEAD = f" {'events':>7s} {'blocks':>7s} {'us/unit':>6s} {'policy':>6s}"
 
 # Issue #17's study: 200 dapo steps of these six policies, on 2 workers (target <= 10 min).
