@@ -17,12 +17,17 @@ starts (redoing query by query the few whose queries may read the own window).
 Both checks of the reference are ranks: the first draft token is accepted when the
 recorded token is among the `paths` best children at the anchor (rank < paths), a chained
 one when it is the best child (rank 0: `best(kids) == token`).
+
+With numba installed, `step_block` runs the compiled loop of sim.group_kernels instead
+(query by query, as the reference, at a fraction of this form's fixed cost per request);
+this numpy form stays the fallback, and the tests hold both to the reference.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from simctl.sim.compiled import kernels
 from simctl.sim.group_index import GroupIndex, SeqIds
 from simctl.sim.group_table import ABSENT, rank
 
@@ -138,7 +143,7 @@ class BlockWindow:
 def step_block(
     index: GroupIndex,
     ids: SeqIds,
-    toks: list[int],
+    toks: list[int] | np.ndarray,
     vis: int,
     i0: int,
     depth: int,
@@ -149,8 +154,42 @@ def step_block(
     `toks` = response positions vis..): per iteration the tokens emitted (accepted + 1),
     the position after it, the draft tokens proposed and those accepted.
 
-    The window is looked up in chunks of about two positions per iteration (a block
-    rarely emits more), so the gathers cover mostly positions that are reached."""
+    With numba installed (the `fast` extra) this runs compiled (sim.group_kernels, the
+    same integers); otherwise, or with SIMCTL_NO_NUMBA=1, in numpy (`numpy_step_block`)."""
+    compiled = kernels()
+    if compiled is not None:
+        return compiled.step_block(
+            index.seen,
+            index.start,
+            index.pair_tok,
+            index.cnt,
+            ids.cid,
+            ids.prev,
+            np.asarray(toks, np.int64),
+            index.orders,
+            vis,
+            i0,
+            depth,
+            paths,
+            iterations,
+        )
+    listed = toks.tolist() if isinstance(toks, np.ndarray) else toks
+    return numpy_step_block(index, ids, listed, vis, i0, depth, paths, iterations)
+
+
+def numpy_step_block(
+    index: GroupIndex,
+    ids: SeqIds,
+    toks: list[int],
+    vis: int,
+    i0: int,
+    depth: int,
+    paths: int,
+    iterations: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`step_block` in numpy. The window is looked up in chunks of about two positions per
+    iteration (a block rarely emits more), so the gathers cover mostly positions that are
+    reached."""
     parts: list[tuple[np.ndarray, ...]] = []
     chunk = 2 * iterations
     while iterations > 0 and i0 < len(toks):
@@ -194,4 +233,4 @@ def _chunk(
     return at, emitted[at], drafted[at], accepted[at]
 
 
-__all__ = ["ABSENT", "NO_MATCH", "BlockWindow", "step_block"]
+__all__ = ["ABSENT", "NO_MATCH", "BlockWindow", "numpy_step_block", "step_block"]

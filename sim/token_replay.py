@@ -290,7 +290,7 @@ class StepReplay:
         pos0 = start + skip
         vis = min(grp.visible_of(origin), pos0)
         stop = seq.offset + min(end, pos0 + (iterations - skip) * (depth + 1))
-        toks = seq.seq[seq.offset + vis : stop].tolist()
+        toks = seq.seq[seq.offset + vis : stop]  # int64: the compiled stepper takes it as it is
         emitted, pos_after, drafted, accepted = step_block(
             grp, grp.seqs[origin], toks, vis, pos0 - vis, depth, paths, iterations - skip
         )

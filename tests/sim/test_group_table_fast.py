@@ -8,19 +8,31 @@ window, the same block, and the same replay through StepReplay call after call."
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simctl.policies.draft_rule import DraftRule
+from simctl.sim import group_kernels, group_step
+from simctl.sim.compiled import kernels
 from simctl.sim.group_index import GroupIndex, dense_ids
-from simctl.sim.group_step import NO_MATCH, BlockWindow, step_block
-from simctl.sim.group_table import add_many, best, children, lookup, rank, reference_block
+from simctl.sim.group_step import NO_MATCH, BlockWindow, numpy_step_block, step_block
+from simctl.sim.group_table import ABSENT, add_many, best, children, lookup, rank, reference_block
 from simctl.sim.trace_tokens import TokenSequence, ngram_keys
-from tests.sim.test_token_replay import PROMPT, replay_for, token_trace
+from tests.factories import LinearCost, run_one
+from tests.sim.test_token_replay import PROMPT, base_responses, replay_for, token_trace
+
+# Both forms of a block: numpy's, and the compiled one (sim.group_kernels; numba is in the
+# test extras) through `step_block`, which takes it where numba is installed.
+STEPPERS: dict[str, Callable[..., tuple[np.ndarray, ...]]] = {
+    "numpy": numpy_step_block,
+    "compiled": step_block,
+}
 
 # ------------------------------------------------------------------------------ dense_ids
 HIGH = 0xF0F0_0000_0000_0000  # values differing only in their low bits share high bits
@@ -187,11 +199,12 @@ def test_blocks_equal_the_reference(case: tuple[Group, list[int]], data: st.Data
         data.draw(st.integers(0, 40)),
     )
     want = reference_block(g.table, toks, keys, pos0 - vis, depth, paths, iterations)
-    got = step_block(g.index, g.index.seqs[m], toks, vis, pos0 - vis, depth, paths, iterations)
-    emitted, after, drafted, accepted = (x.tolist() for x in got)
-    assert emitted == want[0]
-    assert after == [vis + a for a in want[1]]
-    assert drafted == want[2] and accepted == want[3]
+    for form, stepper in STEPPERS.items():
+        got = stepper(g.index, g.index.seqs[m], toks, vis, pos0 - vis, depth, paths, iterations)
+        emitted, after, drafted, accepted = (x.tolist() for x in got)
+        assert emitted == want[0], form
+        assert after == [vis + a for a in want[1]], form
+        assert drafted == want[2] and accepted == want[3], form
 
 
 def _random_case(rng: random.Random) -> tuple[Group, list[int], int, int, int]:
@@ -221,8 +234,9 @@ def test_blocks_equal_the_reference_on_many_seeded_groups(seed: int) -> None:
         vis, toks, keys = _window(g, m, visible[m], pos0, stop)
         depth, paths, iterations = rng.randint(1, 5), rng.randint(1, 3), rng.randint(0, 40)
         want = reference_block(g.table, toks, keys, pos0 - vis, depth, paths, iterations)
-        got = step_block(g.index, g.index.seqs[m], toks, vis, pos0 - vis, depth, paths, iterations)
-        assert [x.tolist() for x in got] == [want[0], [vis + a for a in want[1]], want[2], want[3]]
+        for form, stepper in STEPPERS.items():
+            got = stepper(g.index, g.index.seqs[m], toks, vis, pos0 - vis, depth, paths, iterations)
+            assert [x.tolist() for x in got] == [want[0], [vis + a for a in want[1]], want[2], want[3]], form
 
 
 # ----------------------------------------------------------------- through StepReplay
@@ -283,3 +297,34 @@ def test_step_replay_equals_the_reference_call_after_call(data: st.DataObject) -
         st_.generated[rid] = (
             int(plan.pos_after[data.draw(st.integers(0, len(want[1]) - 1))]) if want[1] else pos0
         )
+
+
+# ---------------------------------------------------------------- the compiled form
+def test_the_compiled_form_runs_where_numba_is_installed_and_yields_to_the_switch(monkeypatch) -> None:
+    """numba is in the test extras: without this, the tests above would compare the numpy
+    form with itself. SIMCTL_NO_NUMBA=1 turns the compiled form off (the fallback path)."""
+    import numba  # noqa: F401  (the test extras install it)
+
+    assert kernels() is group_kernels
+    assert group_kernels.ABSENT == ABSENT and group_kernels.NO_MATCH == NO_MATCH
+    monkeypatch.setenv("SIMCTL_NO_NUMBA", "1")
+    assert kernels() is None
+    monkeypatch.setattr(group_step, "numpy_step_block", lambda *a: ("numpy",))
+    assert step_block(*[None] * 8) == ("numpy",)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["seer", "seer-no-group-context"])
+def test_a_seer_replay_is_identical_with_and_without_the_compiled_form(monkeypatch, name: str) -> None:
+    """The whole replay (every request's finish, the draft counters) is the same whichever
+    form steps the blocks: the compiled loop is exact, not an approximation."""
+    _, group = base_responses(3, 8, 400)
+    trace = token_trace([group, group[::-1]])
+    spec = f"{name}:chunk_tokens=64,tick_iterations=8"
+    runs = []
+    for off in ("0", "1"):
+        monkeypatch.setenv("SIMCTL_NO_NUMBA", off)
+        runs.append(run_one(trace, spec, cluster="h100x2:tp1", cost=LinearCost()))
+    fast, slow = runs
+    assert fast.counters == slow.counters and fast.counters.get("replay_drafted", 0) > 0
+    assert [s.rollout_makespan_s for s in fast.steps] == [s.rollout_makespan_s for s in slow.steps]
+    pd.testing.assert_frame_equal(pd.concat(fast.requests), pd.concat(slow.requests))

@@ -1,0 +1,27 @@
+"""The simulator's compiled kernels (sim.group_kernels, numba), loaded on first use.
+
+numba is optional (the `fast` extra): without it, or with SIMCTL_NO_NUMBA=1 set, `kernels()`
+is None and every caller runs its numpy form, which the tests hold to the same results.
+Loaded lazily so that a replay that never needs a kernel never imports numba (about 0.2 s)
+or loads its compiled code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+_loaded: list[ModuleType | None] = []  # [sim.group_kernels, or None], once tried
+
+
+def kernels() -> ModuleType | None:
+    """sim.group_kernels, or None (numba is not installed, or SIMCTL_NO_NUMBA=1)."""
+    if os.environ.get("SIMCTL_NO_NUMBA", "0") not in ("", "0"):
+        return None
+    if not _loaded:
+        try:
+            _loaded.append(importlib.import_module("simctl.sim.group_kernels"))
+        except ImportError:
+            _loaded.append(None)
+    return _loaded[0]
