@@ -24,7 +24,8 @@ The Seer variants are also measured on the Seer presets themselves: one generate
 (lengths only, seed 0) of seer-moonlight-64k and seer-qwen2vl-72b-40k on the layout each
 preset records, and the bundled Seer token sample on the layout it records (two H800
 workers; exact grouped-drafter replay over token ids; a small trace, so its verl baseline
-is hundredths of a second).
+is hundredths of a second). That replay runs compiled where numba is installed (the `fast`
+extra; the header says which): SIMCTL_NO_NUMBA=1 measures the numpy form instead.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from simctl.sim.compiled import kernels
 from simctl.sweep_order import packed_wall as pack  # (the bench's name for it)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,6 +240,8 @@ def main() -> None:
     print(f"targets: cpu <= {TARGET_VS_VERL:g}x {BASELINE}'s, growth <= {TARGET_GROWTH:g} (* = missed)")
     if args.repeat > 1:
         print(f"each cell: the fastest of {args.repeat} runs")
+    # the exact grouped-drafter replay (the Seer token sample's cells) runs compiled with numba
+    print(f"compiled kernels: {'numba' if kernels() is not None else 'off (numpy forms)'}")
     study_projection(table("dapo-32b-20k", DAPO, names, args.factor, args.repeat))
     seers = [n for n in names if n.startswith("seer")]
     if seers and not args.no_seer_preset:

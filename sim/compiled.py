@@ -3,13 +3,15 @@
 numba is optional (the `fast` extra): without it, or with SIMCTL_NO_NUMBA=1 set, `kernels()`
 is None and every caller runs its numpy form, which the tests hold to the same results.
 Loaded lazily so that a replay that never needs a kernel never imports numba (about 0.2 s)
-or loads its compiled code.
+or loads its compiled code. The first use on a machine compiles them (a few seconds);
+numba caches the result beside the module, or in its user cache where that is read-only.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from types import ModuleType
 
 _loaded: list[ModuleType | None] = []  # [sim.group_kernels, or None], once tried
@@ -23,5 +25,8 @@ def kernels() -> ModuleType | None:
         try:
             _loaded.append(importlib.import_module("simctl.sim.group_kernels"))
         except ImportError:
+            _loaded.append(None)
+        except Exception as exc:  # numba present but unusable (e.g. no writable cache dir)
+            warnings.warn(f"numba kernels unavailable, using numpy: {exc}", RuntimeWarning, stacklevel=2)
             _loaded.append(None)
     return _loaded[0]

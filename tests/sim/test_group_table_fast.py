@@ -328,3 +328,19 @@ def test_a_seer_replay_is_identical_with_and_without_the_compiled_form(monkeypat
     assert fast.counters == slow.counters and fast.counters.get("replay_drafted", 0) > 0
     assert [s.rollout_makespan_s for s in fast.steps] == [s.rollout_makespan_s for s in slow.steps]
     pd.testing.assert_frame_equal(pd.concat(fast.requests), pd.concat(slow.requests))
+
+
+def test_an_unusable_numba_falls_back_to_numpy_with_a_warning(monkeypatch) -> None:
+    """numba installed but unable to load the kernels (say, no writable cache directory):
+    the replay runs the numpy form, and says so once, instead of failing."""
+    from simctl.sim import compiled
+
+    def broken(name: str) -> None:
+        raise RuntimeError("cannot cache function 'step_block': no locator available")
+
+    monkeypatch.setattr(compiled, "_loaded", [])
+    monkeypatch.setattr(compiled.importlib, "import_module", broken)
+    monkeypatch.delenv("SIMCTL_NO_NUMBA", raising=False)
+    with pytest.warns(RuntimeWarning, match="using numpy: cannot cache"):
+        assert kernels() is None
+    assert kernels() is None  # (remembered: warned once)
