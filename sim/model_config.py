@@ -170,7 +170,7 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "model
     kind = FLAT_MULTIMODAL.get(kind, kind)
     if kind not in SUPPORTED:
         raise ModelConfigError(
-            f"{source}: model_type '{kind}' is not supported (supported: {', '.join(SUPPORTED)})"
+            f"{source}: model_type {kind!r} is not supported (supported: {', '.join(SUPPORTED)})"
         )
     cfg.defaults = _CLASS_DEFAULTS.get(kind, {})
     if kind in LATENT:
