@@ -195,8 +195,9 @@ class StepReplay:
                 own = st.req_gamma[r] > 0
                 paths = np.where(own, st.req_topk[r], worker_topk).astype(np.int64)
                 rows = zip(sel, r.tolist(), depth.tolist(), paths.tolist(), fresh.tolist(), strict=True)
+                caught: set[int] = set()  # groups brought up to date in this draw
                 for j, rid, d, k, f in rows:
-                    out[j] = self._group_exact(rule, rid, d, k, iterations, f)
+                    out[j] = self._group_exact(rule, rid, d, k, iterations, f, caught)
             slots = self._note_slots(slots, sel, r, len(rids), iterations)
         return Draw(out, slots, probe)
 
@@ -249,8 +250,10 @@ class StepReplay:
         return slots
 
     # ------------------------------------------------------------ group drafter (exact)
-    def _group(self, rule: DraftRule, rid: int) -> GroupIndex:
-        """The request's group table, brought up to the siblings' visible progress."""
+    def _group(self, rule: DraftRule, rid: int, caught: set[int] | None = None) -> GroupIndex:
+        """The request's group table, brought up to the siblings' visible progress.
+        `caught`: groups already brought up to date since the progress last changed (one
+        plan's rows: nobody generates while a block is drawn), which are left as they are."""
         origin = self.tokens.origin(rid)
         pid = int(self.state.prompt_id[origin])
         key = pid if rule.source == "group" else -1 - origin
@@ -258,7 +261,10 @@ class StepReplay:
         if grp is None:
             members = [origin] if rule.source == "own" else self._members[pid].tolist()
             grp = self._groups[key] = self._new_group(rule, origin, members)
-        grp.catch_up(self.state.generated, rule.append_tokens)
+        if caught is None or key not in caught:
+            grp.catch_up(self.state.generated, rule.append_tokens)
+            if caught is not None:
+                caught.add(key)
         return grp
 
     def _new_group(self, rule: DraftRule, origin: int, members: list[int]) -> GroupIndex:
@@ -275,13 +281,21 @@ class StepReplay:
         return GroupIndex(prompt[lo:] if len(prompt) > lo else prompt[:0], keys, seqs)
 
     def _group_exact(
-        self, rule: DraftRule, rid: int, depth: int, paths: int, iterations: int, first_plain: bool = False
+        self,
+        rule: DraftRule,
+        rid: int,
+        depth: int,
+        paths: int,
+        iterations: int,
+        first_plain: bool = False,
+        caught: set[int] | None = None,
     ) -> np.ndarray:
         """Step one request iteration by iteration: draft from the group table plus its own
         tokens since they were last indexed, verify against the recorded tokens
         (sim.group_step; sim.group_table holds the reference form). `first_plain`: the
-        first iteration is the request's prefill pass (one token, no draft)."""
-        grp = self._group(rule, rid)
+        first iteration is the request's prefill pass (one token, no draft); `caught`: as
+        `_group` takes it."""
+        grp = self._group(rule, rid, caught)
         origin = self.tokens.origin(rid)
         seq = self.tokens.sequence(rid, rule)
         start = int(self.state.generated[rid])

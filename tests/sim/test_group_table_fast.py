@@ -344,3 +344,26 @@ def test_an_unusable_numba_falls_back_to_numpy_with_a_warning(monkeypatch) -> No
     with pytest.warns(RuntimeWarning, match="using numpy: cannot cache"):
         assert kernels() is None
     assert kernels() is None  # (remembered: warned once)
+
+
+def test_a_draw_brings_each_group_up_to_date_once_with_the_same_replay(monkeypatch) -> None:
+    """Within one draw nobody generates, so each group is caught up with its siblings once
+    per draw, not once per row: the replay equals one that catches up at every row."""
+    from simctl.sim.token_replay import StepReplay
+
+    _, group = base_responses(5, 8, 400)
+    trace = token_trace([group, group[::-1]])
+    spec = "seer:chunk_tokens=64,tick_iterations=8"
+    once = run_one(trace, spec, cluster="h100x2:tp1", cost=LinearCost())
+    calls = []
+    every_row = StepReplay._group
+
+    def always(self, rule, rid, caught=None):  # type: ignore[no-untyped-def]
+        calls.append(caught is not None)
+        return every_row(self, rule, rid, None)
+
+    monkeypatch.setattr(StepReplay, "_group", always)
+    each = run_one(trace, spec, cluster="h100x2:tp1", cost=LinearCost())
+    assert calls and all(calls)  # (the draw passes its set)
+    assert once.counters == each.counters and once.counters["replay_drafted"] > 0
+    pd.testing.assert_frame_equal(pd.concat(once.requests), pd.concat(each.requests))
