@@ -24,7 +24,12 @@ import numpy as np
 ABSENT = 1 << 30
 NO_MATCH = -1
 
-_jit = numba.njit(cache=True, nogil=True)  # cache: compiled once per machine, not per process
+_jit = numba.njit(cache=True)  # cache: compiled once per machine, not per process
+
+# a group table (GroupIndex): (seen, start, pair_tok, cnt)
+Table = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# a member's SeqIds as the kernel reads them: (cid, prev)
+Seq = tuple[np.ndarray, np.ndarray]
 
 
 @_jit
@@ -80,21 +85,12 @@ def _merged_rank(pair_tok: np.ndarray, cnt: np.ndarray, a: int, b: int, own: np.
 
 @_jit
 def _rank_at(
-    seen: np.ndarray,
-    start: np.ndarray,
-    pair_tok: np.ndarray,
-    cnt: np.ndarray,
-    cid: np.ndarray,
-    prev: np.ndarray,
-    toks: np.ndarray,
-    orders: int,
-    vis: int,
-    q: int,
-    i: int,
-    buf: np.ndarray,
+    table: Table, seq: Seq, toks: np.ndarray, orders: int, vis: int, q: int, i: int, buf: np.ndarray
 ) -> int:
     """Rank of toks[q] under its longest context with a child in the table or in the own
     window (window indices < i): sim.group_table.lookup + rank. NO_MATCH: no context."""
+    seen, start, pair_tok, cnt = table
+    cid, prev = seq
     vis_e = vis * orders  # sequence entry of window index 0
     stop = vis_e + i * orders  # the own window's end
     entry = vis_e + q * orders
@@ -134,12 +130,8 @@ def _sorted(buf: np.ndarray, n: int) -> np.ndarray:
 
 @_jit
 def step_block(
-    seen: np.ndarray,
-    start: np.ndarray,
-    pair_tok: np.ndarray,
-    cnt: np.ndarray,
-    cid: np.ndarray,
-    prev: np.ndarray,
+    table: Table,
+    seq: Seq,
     toks: np.ndarray,
     orders: int,
     vis: int,
@@ -148,8 +140,9 @@ def step_block(
     paths: int,
     iterations: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`sim.group_step.step_block` over the index's arrays (seen, start, pair_tok, cnt: the
-    group table; cid, prev: the request's SeqIds; toks: the window's tokens, int64):
+    """`sim.group_step.step_block` over the index's arrays (`table`: the group's table
+    (seen, start, pair_tok, cnt); `seq`: the request's SeqIds (cid, prev); `toks`: the
+    window's tokens, int64):
     iteration by iteration as sim.group_table.reference_block, each query answered from
     the table plus the own window (indices below the iteration's start)."""
     n_tok = len(toks)
@@ -162,7 +155,7 @@ def step_block(
     i = i0
     k = 0
     while k < iterations and i < n_tok:
-        r = _rank_at(seen, start, pair_tok, cnt, cid, prev, toks, orders, vis, i, i, buf)
+        r = _rank_at(table, seq, toks, orders, vis, i, i, buf)
         acc = 0
         drafts = 0
         if r != NO_MATCH:
@@ -172,8 +165,7 @@ def step_block(
                 while (
                     acc < depth
                     and i + acc < n_tok
-                    and _rank_at(seen, start, pair_tok, cnt, cid, prev, toks, orders, vis, i + acc, i, buf)
-                    == 0
+                    and _rank_at(table, seq, toks, orders, vis, i + acc, i, buf) == 0
                 ):
                     acc += 1
         e = min(acc + 1, n_tok - i)

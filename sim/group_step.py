@@ -158,20 +158,10 @@ def step_block(
     same integers); otherwise, or with SIMCTL_NO_NUMBA=1, in numpy (`numpy_step_block`)."""
     compiled = kernels()
     if compiled is not None:
+        table = (index.seen, index.start, index.pair_tok, index.cnt)
+        arrays = np.asarray(toks, np.int64)
         return compiled.step_block(
-            index.seen,
-            index.start,
-            index.pair_tok,
-            index.cnt,
-            ids.cid,
-            ids.prev,
-            np.asarray(toks, np.int64),
-            index.orders,
-            vis,
-            i0,
-            depth,
-            paths,
-            iterations,
+            table, (ids.cid, ids.prev), arrays, index.orders, vis, i0, depth, paths, iterations
         )
     listed = toks.tolist() if isinstance(toks, np.ndarray) else toks
     return numpy_step_block(index, ids, listed, vis, i0, depth, paths, iterations)
