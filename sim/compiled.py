@@ -1,4 +1,4 @@
-"""The simulator's compiled kernels (sim.group_kernels, numba), loaded on first use.
+"""The simulator's compiled kernels (sim.kernels, numba), loaded on first use.
 
 numba is optional (the `fast` extra): without it, or with SIMCTL_NO_NUMBA=1 set, `kernels()`
 is None and every caller runs its numpy form, which the tests hold to the same results.
@@ -14,16 +14,16 @@ import os
 import warnings
 from types import ModuleType
 
-_loaded: list[ModuleType | None] = []  # [sim.group_kernels, or None], once tried
+_loaded: list[ModuleType | None] = []  # [sim.kernels, or None], once tried
 
 
 def kernels() -> ModuleType | None:
-    """sim.group_kernels, or None (numba is not installed, or SIMCTL_NO_NUMBA=1)."""
+    """sim.kernels, or None (numba is not installed, or SIMCTL_NO_NUMBA=1)."""
     if os.environ.get("SIMCTL_NO_NUMBA", "0") not in ("", "0"):
         return None
     if not _loaded:
         try:
-            _loaded.append(importlib.import_module("simctl.sim.group_kernels"))
+            _loaded.append(importlib.import_module("simctl.sim.kernels"))
         except ImportError:
             _loaded.append(None)
         except Exception as exc:  # numba present but unusable (e.g. no writable cache dir)

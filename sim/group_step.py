@@ -18,7 +18,7 @@ Both checks of the reference are ranks: the first draft token is accepted when t
 recorded token is among the `paths` best children at the anchor (rank < paths), a chained
 one when it is the best child (rank 0: `best(kids) == token`).
 
-With numba installed, `step_block` runs the compiled loop of sim.group_kernels instead
+With numba installed, `step_block` runs the compiled loop of sim.kernels instead
 (query by query, as the reference, at a fraction of this form's fixed cost per request);
 this numpy form stays the fallback, and the tests hold both to the reference.
 """
@@ -154,7 +154,7 @@ def step_block(
     `toks` = response positions vis..): per iteration the tokens emitted (accepted + 1),
     the position after it, the draft tokens proposed and those accepted.
 
-    With numba installed (the `fast` extra) this runs compiled (sim.group_kernels, the
+    With numba installed (the `fast` extra) this runs compiled (sim.kernels, the
     same integers); otherwise, or with SIMCTL_NO_NUMBA=1, in numpy (`numpy_step_block`)."""
     compiled = kernels()
     if compiled is not None:

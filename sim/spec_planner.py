@@ -15,6 +15,7 @@ import numpy as np
 from simctl.policies.contract import SPEC_OFF, SpecConfig
 from simctl.sim.acceptance import expected_tokens, stall_after_rejection, tree_acceptance
 from simctl.sim.acceptance_source import AcceptanceSource, Draw
+from simctl.sim.compiled import kernels
 from simctl.sim.plan import Plan
 from simctl.sim.state import PLAIN_GAMMA, StepState
 from simctl.sim.worker_host import WorkerHost
@@ -91,6 +92,44 @@ def capped_progress(cum: np.ndarray, remaining: np.ndarray) -> tuple[np.ndarray,
     if len(remaining) and int(remaining.min()) >= 0 and int(remaining.max()) <= _UINT16_MAX:
         return capped.astype(np.uint16), sums
     return capped, sums
+
+
+def block_counts(
+    x: np.ndarray, rem: np.ndarray, first_finish: bool
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(k, fin, progress, column sums, order, gone) of a speculative block: tokens `x` per
+    row per iteration (>= 0) against the rows' remaining tokens `rem`. fin: the column in
+    which each row reaches its end (k: not in the block), and with `first_finish` the
+    block ends at the first such column; progress: `capped_progress`; order: rows by
+    finish column (stable); gone[i]: rows finished before iteration i. Compiled where numba
+    is installed (sim.kernels.block_counts, one pass over the cells; same integers) and the
+    progress fits uint16, as it does unless a row has more than 65,535 tokens left."""
+    compiled = kernels()
+    if compiled is not None and len(rem) and int(rem.min()) >= 0 and int(rem.max()) <= _UINT16_MAX:
+        k, fin, progress, colsum, order, gone = compiled.block_counts(x, rem, first_finish)
+        return int(k), fin, progress, colsum, order, gone
+    return numpy_block_counts(x, rem, first_finish)
+
+
+def numpy_block_counts(
+    x: np.ndarray, rem: np.ndarray, first_finish: bool
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`block_counts` in numpy."""
+    k = x.shape[1]
+    # x.cumsum(axis=1, dtype=np.int32), accumulated in place after one cast: the cast
+    # inside the accumulation runs through numpy's small buffers, several times slower
+    # on a large block
+    cum = x.astype(np.int32)
+    np.cumsum(cum, axis=1, out=cum)
+    fin = finish_columns(cum, rem)
+    if first_finish and (fin < k).any():
+        k = int(fin.min()) + 1
+        cum = cum[:, :k]
+        fin = np.minimum(fin, k)
+    progress, colsum = capped_progress(cum, rem)
+    order = fin.argsort(kind="stable")
+    gone = fin[order].searchsorted(np.arange(k), side="left")
+    return k, fin, progress, colsum, order, gone
 
 
 def _narrow(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -485,27 +524,15 @@ class SpecPlanner:
         """Where each row finishes and the batch's context per iteration; the block ends at
         the first finish when requests wait, and before the KV cache would overflow. `rem`:
         `remaining`, narrowed to int32 where it fits."""
-        k = x.shape[1]
-        # x.cumsum(axis=1, dtype=np.int32), accumulated in place after one cast: the cast
-        # inside the accumulation runs through numpy's small buffers, several times slower
-        # on a large block
-        cum = x.astype(np.int32)
-        np.cumsum(cum, axis=1, out=cum)
-        fin = finish_columns(cum, rem)
-        if first_finish and (fin < k).any():
-            k = int(fin.min()) + 1
-            x, cum = x[:, :k], cum[:, :k]
-            fin = np.minimum(fin, k)
+        k, fin, progress, colsum, order, gone = block_counts(x, rem, first_finish)
+        if k < x.shape[1]:
+            x = x[:, :k]
         # tokens emitted per iteration (a row's last iteration emits only what it had left)
-        progress, colsum = capped_progress(cum, rem)
-        del cum  # (the plan keeps `progress`, a third of the bytes)
         emitted = colsum.copy()
         emitted[1:] -= colsum[:-1]
         before = colsum - emitted
         # rows gone before each iteration free their KV and leave the batch
-        order = fin.argsort(kind="stable")
         fin_sorted = fin[order]
-        gone = fin_sorted.searchsorted(np.arange(k), side="left")
         ctx_r = self.host.state.context(ids).astype(np.float64)
         ctx = ctx_r.sum() + before
         if gone[-1]:  # else nobody leaves within the block: nothing to take off (x - 0.0 == x)

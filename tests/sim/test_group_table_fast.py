@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simctl.policies.draft_rule import DraftRule
-from simctl.sim import group_kernels, group_step
+from simctl.sim import group_step
+from simctl.sim import kernels as sim_kernels
 from simctl.sim.compiled import kernels
 from simctl.sim.group_index import GroupIndex, dense_ids
 from simctl.sim.group_step import NO_MATCH, BlockWindow, numpy_step_block, step_block
@@ -27,7 +28,7 @@ from simctl.sim.trace_tokens import TokenSequence, ngram_keys
 from tests.factories import LinearCost, run_one
 from tests.sim.test_token_replay import PROMPT, base_responses, replay_for, token_trace
 
-# Both forms of a block: numpy's, and the compiled one (sim.group_kernels; numba is in the
+# Both forms of a block: numpy's, and the compiled one (sim.kernels; numba is in the
 # test extras) through `step_block`, which takes it where numba is installed.
 STEPPERS: dict[str, Callable[..., tuple[np.ndarray, ...]]] = {
     "numpy": numpy_step_block,
@@ -305,8 +306,8 @@ def test_the_compiled_form_runs_where_numba_is_installed_and_yields_to_the_switc
     form with itself. SIMCTL_NO_NUMBA=1 turns the compiled form off (the fallback path)."""
     import numba  # noqa: F401  (the test extras install it)
 
-    assert kernels() is group_kernels
-    assert group_kernels.ABSENT == ABSENT and group_kernels.NO_MATCH == NO_MATCH
+    assert kernels() is sim_kernels
+    assert sim_kernels.ABSENT == ABSENT and sim_kernels.NO_MATCH == NO_MATCH
     monkeypatch.setenv("SIMCTL_NO_NUMBA", "1")
     assert kernels() is None
     monkeypatch.setattr(group_step, "numpy_step_block", lambda *a: ("numpy",))

@@ -1,15 +1,17 @@
-"""The exact grouped drafter's (Seer's) hot loops compiled with numba: one request's
-block (`step_block`: the same outcomes as the numpy form of `sim.group_step.step_block`,
-which stays the fallback and the form this is tested against; `sim.group_table` holds the
-plain statement of the drafter), with each query answered where it is made instead of
-precomputed in bulk.
+"""The simulator's hot integer loops compiled with numba, each the same integers as the
+numpy form it replaces (which stays the fallback and the form the tests hold it to):
 
-Why compiled: the numpy form pays a fixed cost of a few dozen array calls per request and
-block (building its window, ranking every position of it), and on token traces that is
-most of a Seer replay (~20k requests stepped per step of the bundled token sample). The
-loop is integers only (counts, ranks, token ids), so this form is bit-identical to the
-numpy one, not merely close.
+- `step_block`: one request's block under the exact grouped drafter (Seer's), as the numpy
+  form of `sim.group_step.step_block` computes it (`sim.group_table` holds the plain
+  statement of the drafter), each query answered where it is made instead of precomputed
+  in bulk. That form pays a fixed cost of a few dozen array calls per request and block,
+  and on token traces that is most of a Seer replay (~20k requests stepped per step of the
+  bundled token sample).
+- `block_counts`: a speculative block's finishes and progress (`sim.spec_planner.
+  block_counts`): the running sums, finish columns, capped progress and column sums that
+  numpy computes in four passes over every (request, iteration) cell, in one.
 
+Integers only (counts, ranks, token ids, tokens), so bit-identical, not merely close.
 This module needs numba (the `fast` extra); `sim.compiled` imports it on first use, and
 the numpy forms run when numba is missing or SIMCTL_NO_NUMBA=1 is set.
 """
@@ -176,3 +178,49 @@ def step_block(
         accepted[k] = acc
         k += 1
     return emitted[:k], after[:k], drafted[:k], accepted[:k]
+
+
+@_jit
+def block_counts(
+    x: np.ndarray, rem: np.ndarray, first_finish: bool
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`sim.spec_planner.block_counts` for `rem` within 0..65535 (progress in uint16):
+    (k, fin, progress, column sums, order, gone) of tokens `x` (rows x iterations, >= 0)
+    and the rows' remaining tokens `rem`. fin: the column in which each row reaches its
+    remaining tokens (k: not in the block); with `first_finish` the block ends at the
+    first; order: rows by finish column (stable); gone[i]: rows finished before column i."""
+    b, k = x.shape
+    fin = np.full(b, k, np.int64)
+    for r in range(b):  # the running sum up to the row's finish, no further
+        total = 0
+        want = rem[r]
+        for c in range(k):
+            total += x[r, c]
+            if total >= want:
+                fin[r] = c
+                break
+    if first_finish and b and fin.min() < k:
+        k = fin.min() + 1
+        for r in range(b):
+            fin[r] = min(fin[r], k)
+    progress = np.empty((b, k), np.uint16)
+    colsum = np.zeros(k, np.int64)
+    for r in range(b):
+        total = 0
+        want = rem[r]
+        for c in range(k):
+            total += x[r, c]
+            v = total if total < want else want
+            progress[r, c] = v
+            colsum[c] += v
+    hist = np.zeros(k + 2, np.int64)  # rows per finish column (k + 1: past a cut block)
+    for r in range(b):
+        hist[fin[r] + 1] += 1
+    for v in range(1, k + 2):
+        hist[v] += hist[v - 1]  # hist[v]: rows finishing before column v
+    gone = hist[:k].copy()
+    order = np.empty(b, np.int64)
+    for r in range(b):  # a stable counting sort by finish column
+        order[hist[fin[r]]] = r
+        hist[fin[r]] += 1
+    return k, fin, progress, colsum, order, gone
