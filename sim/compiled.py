@@ -14,6 +14,8 @@ import os
 import warnings
 from types import ModuleType
 
+import numpy as np
+
 _loaded: list[ModuleType | None] = []  # [sim.kernels, or None], once tried
 
 
@@ -30,3 +32,20 @@ def kernels() -> ModuleType | None:
             warnings.warn(f"numba kernels unavailable, using numpy: {exc}", RuntimeWarning, stacklevel=2)
             _loaded.append(None)
     return _loaded[0]
+
+
+def warm() -> bool:
+    """Load every kernel's compiled code now, for the argument types replays pass (numba
+    loads, or compiles, each signature on its first call: about 0.2 s with numba's import,
+    once per process). For measurements that time steps, not process start-up (bench/).
+    False without the kernels."""
+    k = kernels()
+    if k is None:
+        return False
+    tokens = np.ones((1, 1), np.int16)
+    for rem in (np.ones(1, np.int32), np.ones(1, np.int64)):
+        k.block_counts(tokens, rem, True)
+    table = (np.zeros(2, np.bool_), np.zeros(3, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int32))
+    seq = (np.zeros(1, np.int32), np.full(1, -1, np.int32))
+    k.step_block(table, seq, np.zeros(1, np.int64), 1, 0, 0, 1, 1, 1)
+    return True

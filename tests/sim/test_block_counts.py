@@ -74,3 +74,20 @@ def test_a_known_block(first_finish: bool) -> None:
         assert progress.tolist() == [[2, 3, 3, 3], [1, 1, 1, 1], [1, 2, 3, 4]]
         assert colsum.tolist() == [4, 6, 7, 8] and order.tolist() == [1, 0, 2]
         assert gone.tolist() == [0, 1, 2, 2]
+
+
+def test_warm_loads_the_signatures_a_replay_uses(monkeypatch) -> None:
+    """bench/ times steps, not process start-up: `warm` loads the kernels for the argument
+    types replays pass, so that a replay afterwards compiles or loads nothing more."""
+    from simctl.sim.compiled import warm
+    from tests.factories import LinearCost, run_one
+    from tests.sim.test_token_replay import base_responses, token_trace
+
+    assert warm() is True
+    loaded = {f: set(f.signatures) for f in (sim_kernels.block_counts, sim_kernels.step_block)}
+    _, group = base_responses(9, 8, 300)
+    run = run_one(token_trace([group]), "seer:chunk_tokens=64", cluster="h100x2:tp1", cost=LinearCost())
+    assert run.counters["replay_drafted"] > 0  # (both kernels ran)
+    assert {f: set(f.signatures) for f in loaded} == loaded
+    monkeypatch.setenv("SIMCTL_NO_NUMBA", "1")
+    assert warm() is False
