@@ -118,8 +118,13 @@ def _rank_at(
 
 @_jit
 def _sorted(buf: np.ndarray, n: int) -> np.ndarray:
-    """buf[:n] sorted in place (insertion sort: a context's own occurrences are few, and
-    this allocates nothing, unlike np.sort, on the many queries that have none)."""
+    """buf[:n] sorted in place: by insertion where a context's own occurrences are few, as
+    they mostly are (nothing allocated, unlike np.sort, on the many queries that have
+    none), by numpy's sort where a response repeats itself (insertion is quadratic)."""
+    if n > 32:
+        head = buf[:n]
+        head.sort()
+        return head
     for x in range(1, n):
         v = buf[x]
         y = x - 1

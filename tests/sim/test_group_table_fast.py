@@ -368,3 +368,21 @@ def test_a_draw_brings_each_group_up_to_date_once_with_the_same_replay(monkeypat
     assert calls and all(calls)  # (the draw passes its set)
     assert once.counters == each.counters and once.counters["replay_drafted"] > 0
     pd.testing.assert_frame_equal(pd.concat(once.requests), pd.concat(each.requests))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_blocks_equal_the_reference_on_responses_that_repeat_themselves(seed: int) -> None:
+    """A response looping over a few tokens (the long tail's degenerate repetitions) puts
+    hundreds of its own occurrences behind one context: the compiled form's sort of them
+    switches from insertion to numpy's past 32, and both must still rank as the reference."""
+    rng = random.Random(seed)
+    loop = [rng.randrange(3) for _ in range(rng.randint(2, 4))]
+    responses = [[t if rng.random() > 0.1 else rng.randrange(3) for t in loop * 80] for _ in range(2)]
+    g = _group([5, 6, 7], responses, 1, 2)
+    _append(g, 1, 0, len(responses[1]) // 2)  # a sibling half indexed; the request none
+    vis, toks, keys = _window(g, 0, 0, 0, len(responses[0]))
+    for i0, depth in [(0, 4), (150, 3), (len(toks) - 20, 5)]:
+        want = reference_block(g.table, toks, keys, i0, depth, 2, 400)
+        for form, stepper in STEPPERS.items():
+            got = stepper(g.index, g.index.seqs[0], toks, vis, i0, depth, 2, 400)
+            assert [x.tolist() for x in got] == [want[0], [vis + a for a in want[1]], want[2], want[3]], form
