@@ -24,8 +24,9 @@ The Seer variants are also measured on the Seer presets themselves: one generate
 (lengths only, seed 0) of seer-moonlight-64k and seer-qwen2vl-72b-40k on the layout each
 preset records, and the bundled Seer token sample on the layout it records (two H800
 workers; exact grouped-drafter replay over token ids; a small trace, so its verl baseline
-is hundredths of a second). That replay runs compiled where numba is installed (the `fast`
-extra; the header says which): SIMCTL_NO_NUMBA=1 measures the numpy form instead.
+is hundredths of a second). That replay, and every speculative block's finish counts, run
+compiled where numba is installed (the `fast` extra; the header says which):
+SIMCTL_NO_NUMBA=1 measures the numpy forms instead.
 """
 
 from __future__ import annotations
@@ -242,7 +243,7 @@ def main() -> None:
     print(f"targets: cpu <= {TARGET_VS_VERL:g}x {BASELINE}'s, growth <= {TARGET_GROWTH:g} (* = missed)")
     if args.repeat > 1:
         print(f"each cell: the fastest of {args.repeat} runs")
-    # the exact grouped-drafter replay (the Seer token sample's cells) runs compiled with numba
+    # sim/kernels.py: exact grouped-drafter replay and speculative blocks' finish counts
     print(f"compiled kernels: {'numba' if kernels() is not None else 'off (numpy forms)'}")
     study_projection(table("dapo-32b-20k", DAPO, names, args.factor, args.repeat))
     seers = [n for n in names if n.startswith("seer")]

@@ -36,7 +36,7 @@ def kernels() -> ModuleType | None:
 
 def warm() -> bool:
     """Load every kernel's compiled code now, for the argument types replays pass (numba
-    loads, or compiles, each signature on its first call: about 0.2 s with numba's import,
+    loads, or compiles, each signature on its first call: about 0.4 s with numba's import,
     once per process). For measurements that time steps, not process start-up (bench/).
     False without the kernels."""
     k = kernels()
