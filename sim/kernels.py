@@ -9,7 +9,8 @@ numpy form it replaces (which stays the fallback and the form the tests hold it 
   bundled token sample).
 - `block_counts`: a speculative block's finishes and progress (`sim.spec_planner.
   block_counts`): the running sums, finish columns, capped progress and column sums that
-  numpy computes in four passes over every (request, iteration) cell, in one.
+  numpy computes in four passes over every (request, iteration) cell, in one loop nest (a
+  row's sums up to its finish, then its capped progress).
 
 Integers only (counts, ranks, token ids, tokens), so bit-identical, not merely close.
 This module needs numba (the `fast` extra); `sim.compiled` imports it on first use, and

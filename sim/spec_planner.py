@@ -95,17 +95,21 @@ def capped_progress(cum: np.ndarray, remaining: np.ndarray) -> tuple[np.ndarray,
 
 
 def block_counts(
-    x: np.ndarray, rem: np.ndarray, first_finish: bool
+    x: np.ndarray, rem: np.ndarray, first_finish: bool, bounds: tuple[int, int] | None = None
 ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(k, fin, progress, column sums, order, gone) of a speculative block: tokens `x` per
     row per iteration (>= 0) against the rows' remaining tokens `rem`. fin: the column in
     which each row reaches its end (k: not in the block), and with `first_finish` the
     block ends at the first such column; progress: `capped_progress`; order: rows by
-    finish column (stable); gone[i]: rows finished before iteration i. Compiled where numba
-    is installed (sim.kernels.block_counts, one pass over the cells; same integers) and the
-    progress fits uint16, as it does unless a row has more than 65,535 tokens left."""
+    finish column (stable); gone[i]: rows finished before iteration i; `bounds`: the least
+    and most of `rem`, where the caller has them. Compiled where numba is installed
+    (sim.kernels.block_counts: one loop nest instead of numpy's passes; same integers) and
+    the progress fits uint16, as it does unless a row has more than 65,535 tokens left."""
     compiled = kernels()
-    if compiled is not None and len(rem) and int(rem.min()) >= 0 and int(rem.max()) <= _UINT16_MAX:
+    if compiled is None or not len(rem):
+        return numpy_block_counts(x, rem, first_finish)
+    lo, hi = bounds if bounds is not None else (int(rem.min()), int(rem.max()))
+    if lo >= 0 and hi <= _UINT16_MAX:
         k, fin, progress, colsum, order, gone = compiled.block_counts(x, rem, first_finish)
         return int(k), fin, progress, colsum, order, gone
     return numpy_block_counts(x, rem, first_finish)
@@ -439,7 +443,7 @@ class SpecPlanner:
         x, draw = self._outcomes(ids, arrays, k, rows, every_row, fresh)
         # `remaining` in the cumulative tokens' int32, when it fits: compared without widening
         rem = remaining.astype(np.int32) if _INT32.min <= lo and hi <= _INT32.max else remaining
-        blk = self._layout(ids, remaining, rem, x, first_finish)
+        blk = self._layout(ids, remaining, rem, x, first_finish, (lo, hi))
         if uniform and not window[0] and draw.slots is None:
             t, draft = self._uniform_iteration_seconds(ids, arrays, blk)
         else:
@@ -519,12 +523,18 @@ class SpecPlanner:
         return x, draw
 
     def _layout(
-        self, ids: np.ndarray, remaining: np.ndarray, rem: np.ndarray, x: np.ndarray, first_finish: bool
+        self,
+        ids: np.ndarray,
+        remaining: np.ndarray,
+        rem: np.ndarray,
+        x: np.ndarray,
+        first_finish: bool,
+        bounds: tuple[int, int],
     ) -> _Block:
         """Where each row finishes and the batch's context per iteration; the block ends at
         the first finish when requests wait, and before the KV cache would overflow. `rem`:
-        `remaining`, narrowed to int32 where it fits."""
-        k, fin, progress, colsum, order, gone = block_counts(x, rem, first_finish)
+        `remaining`, narrowed to int32 where it fits; `bounds`: its least and most."""
+        k, fin, progress, colsum, order, gone = block_counts(x, rem, first_finish, bounds)
         if k < x.shape[1]:
             x = x[:, :k]
         # tokens emitted per iteration (a row's last iteration emits only what it had left)
