@@ -26,6 +26,7 @@ from simctl.sim.drafter_training import (
 )
 from simctl.sim.drafters import DRAFTERS
 from simctl.sim.engine import EngineConfig, SimError, StepSimulation
+from simctl.sim.gc_thresholds import fewer_collections
 from simctl.sim.metrics import StepMetrics, accept_len, idle_fraction, step_parts, tail_time
 from simctl.sim.models import ModelSpec
 from simctl.sim.offline_profile import trace_acceptance
@@ -245,7 +246,8 @@ def run_policy(
             lost=sorted(lost),
             faults=faults_of_step(setup.faults, step, setup.steps[0]),
         )
-        makespan = sim.run()
+        with fewer_collections():
+            makespan = sim.run()
         lost |= sim.faults.lost
         run.worker_losses += sim.faults.losses
         spot_gpu_s.append(float((_role_seconds(sim, makespan, {Role.SPOT_TRAINER}) * _gpus(sim)).sum()))

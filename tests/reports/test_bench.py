@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import sys
@@ -116,6 +117,8 @@ def test_cost_split():
     assert spec["planning"] > 0.0 and spec["plans"] >= 2
     for parts in (plain, spec):
         assert parts["policy"] + parts["planning"] <= parts["total"]
+        assert 0.0 <= parts["gc"] <= parts["total"]  # (the collector's seconds are inside it)
+    assert not [c for c in gc.callbacks if getattr(c, "__qualname__", "").startswith("_collector_seconds")]
 
 
 def test_plan_fit_recovers_fixed_and_per_cell_costs():
