@@ -530,6 +530,8 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[bool
                 "default from Ray 2.59: then set RAY_AUTH_MODE=token here too, with the "
                 "cluster's token in RAY_AUTH_TOKEN or where `ray get-auth-token` finds it)"
             ) from None
+        except ValueError as exc:  # an address Ray cannot use (ray:// without ray[client], ...)
+            raise SweepError(f"--ray-address {address}: {_first_line(exc)}") from None
         try:
             yield True
         finally:
@@ -579,13 +581,21 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[bool
             _end_guard(guard)
 
 
+RAY_KEYWORDS = ("auto", "local")  # addresses Ray resolves itself
+
+
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """SweepError, one line, where nothing answers at a HOST:PORT `--ray-address` (Ray
-    itself retries for minutes); other forms ("auto", a ray:// address's own) are Ray's."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit():
+    """SweepError, one line, where `--ray-address` is neither one of Ray's keywords nor
+    [ray://]HOST:PORT (Ray logs a traceback for some malformed ones before raising), or
+    where nothing answers at its HOST:PORT (Ray itself retries for minutes)."""
+    if address in RAY_KEYWORDS:
         return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
     host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SweepError(
+            f"--ray-address {address!r}: expected {' or '.join(RAY_KEYWORDS)}, HOST:PORT or ray://HOST:PORT"
+        )
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:

@@ -179,6 +179,48 @@ def test_an_address_where_nothing_answers_is_one_line_at_once() -> None:
     check_reachable("auto")  # (Ray's to resolve)
 
 
+@pytest.mark.parametrize(
+    "address", ["garbage", ":", "host:notaport", "host:0", "host:70000", ":6379", "ray://", "[]:1"]
+)
+def test_a_malformed_address_is_one_line_before_ray_sees_it(address: str) -> None:
+    """(Ray logs a traceback for some of these, e.g. ':', before its ValueError.)"""
+    with pytest.raises(SweepError, match="expected auto or local, HOST:PORT or ray://HOST:PORT") as err:
+        check_reachable(address)
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"--ray-address {address!r}: ")
+
+
+def test_an_address_ray_refuses_as_a_value_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ray:// address without the `ray[client]` package: Ray raises ValueError."""
+    ray = pytest.importorskip("ray")
+
+    def refuse(**_: object) -> None:
+        raise ValueError("Ray Client requires pip package `ray[client]`.\nreinstall it")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        address = f"ray://127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(SweepError) as err, local_ray(None, address):
+            pass
+    assert str(err.value) == f"--ray-address {address}: Ray Client requires pip package `ray[client]`."
+
+
+def test_the_cli_refuses_a_malformed_address_in_one_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from simctl.cli import main
+
+    spec = tmp_path / "s.toml"
+    sample = Path(__file__).resolve().parents[1] / "traces/samples/efficientrollout-qwen7b-8k-6steps.parquet"
+    spec.write_text(f"[sweep]\ntraces = ['{sample}']\nsteps = '0:1'\n[policies]\nverl = {{}}\n")
+    res = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--ray-address", ":"])
+    assert res.exit_code == 1, res.output
+    assert res.output.strip().splitlines() == [
+        "Error: --ray-address ':': expected auto or local, HOST:PORT or ray://HOST:PORT"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_refused_connection_names_token_authentication(monkeypatch: pytest.MonkeyPatch) -> None:
     ray = pytest.importorskip("ray")
 
