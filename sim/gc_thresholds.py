@@ -4,12 +4,13 @@ A replay allocates millions of short-lived Python objects per step (events, view
 policies' per-request tuples and lists), and CPython's collector runs a young-generation
 pass every 700 net allocations and a full pass, over every live object, every hundred
 of those. The objects of a replay are reclaimed by reference counting, not by the
-collector (it finds a few thousand cycles per step), so nearly all of that work is spent
-proving that nothing is garbage. The full passes grow with what the process holds (the
-trace, the policy's evidence, the memos), and so with the cluster: measured with
-`gc.callbacks` on the bundled dapo-32b-20k sample (both steps, h100x512), collections took
-4.2% of TLT's simulator time at 512 GPUs and 4.6% at 4,096 (from 0.4 s to 4.5 s, with 8x
-the events), and 5.7% of composite's (3.0 s, 2.4 s of it in nine full passes).
+collector (it finds a few thousand objects in cycles per step at 512 GPUs), so nearly
+all of that work is spent proving that nothing is garbage. The full passes grow with
+what the process holds (the trace, the policy's evidence, the memos), and so with the
+cluster: measured with `gc.callbacks` on the bundled dapo-32b-20k sample (both steps,
+h100x512), collections took 4.2% of TLT's simulator time at 512 GPUs and 4.6% at 4,096
+(from 0.4 s to 4.5 s, with 8x the events), and 5.7% of composite's (3.0 s, 2.4 s of it
+in nine full passes).
 
 Spacing the passes out (a young pass every `YOUNG` allocations, the older ones after 50
 of the generation below) leaves the garbage the same and only collects it later: what a

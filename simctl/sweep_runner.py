@@ -581,7 +581,8 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[bool
             _end_guard(guard)
 
 
-RAY_KEYWORDS = ("auto", "local")  # addresses Ray resolves itself
+RAY_KEYWORDS = ("auto",)  # addresses Ray resolves itself ("local" would start an instance
+# with Ray's defaults: a local one is simctl's, without --ray-address)
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -592,9 +593,10 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isdecimal() or not 0 < int(port) < 65536:
         raise SweepError(
-            f"--ray-address {address!r}: expected {' or '.join(RAY_KEYWORDS)}, HOST:PORT or ray://HOST:PORT"
+            f"--ray-address {address!r}: expected {', '.join(RAY_KEYWORDS)}, HOST:PORT or ray://HOST:PORT"
+            " (without it, the sweep starts a local instance)"
         )
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()

@@ -181,11 +181,29 @@ def test_an_address_where_nothing_answers_is_one_line_at_once() -> None:
 
 
 @pytest.mark.parametrize(
-    "address", ["garbage", ":", "host:notaport", "host:0", "host:70000", ":6379", "ray://", "[]:1"]
+    # ("host:\u00b2": a digit that is not decimal, which int() refuses; "local": Ray would
+    # start an instance with its own defaults)
+    "address",
+    [
+        "garbage",
+        ":",
+        "host:notaport",
+        "host:0",
+        "host:70000",
+        ":6379",
+        "ray://",
+        "[]:1",
+        "host:\u00b2",
+        "local",
+    ],
 )
 def test_a_malformed_address_is_one_line_before_ray_sees_it(address: str) -> None:
     """(Ray logs a traceback for some of these, e.g. ':', before its ValueError.)"""
-    with pytest.raises(SweepError, match="expected auto or local, HOST:PORT or ray://HOST:PORT") as err:
+    with pytest.raises(
+        SweepError,
+        match=r"expected auto, HOST:PORT or ray://HOST:PORT \(without it, the sweep starts a local "
+        r"instance\)$",
+    ) as err:
         check_reachable(address)
     assert "\n" not in str(err.value) and str(err.value).startswith(f"--ray-address {address!r}: ")
 
@@ -201,7 +219,8 @@ def test_the_cli_refuses_a_malformed_address_in_one_line(tmp_path: Path) -> None
     res = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--ray-address", ":"])
     assert res.exit_code == 1, res.output
     assert res.output.strip().splitlines() == [
-        "Error: --ray-address ':': expected auto or local, HOST:PORT or ray://HOST:PORT"
+        "Error: --ray-address ':': expected auto, HOST:PORT or ray://HOST:PORT"
+        " (without it, the sweep starts a local instance)"
     ]
     assert not (tmp_path / "out").exists()
 
