@@ -581,8 +581,9 @@ def local_ray(num_cpus: int | None, address: str | None = None) -> Iterator[bool
             _end_guard(guard)
 
 
-RAY_KEYWORDS = ("auto",)  # addresses Ray resolves itself ("local" would start an instance
-# with Ray's defaults: a local one is simctl's, without --ray-address)
+# Addresses Ray resolves itself. Not "local": Ray would start an instance with its own
+# defaults; simctl starts its local one (loopback only, no dashboard) without the option.
+RAY_KEYWORDS = ("auto",)
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
